@@ -1,0 +1,190 @@
+"""The checkpointer contract as a test class. Subclass it with a ``checkpointer`` fixture to test a backend::
+
+    from pytest_replaysafe.conformance import CheckpointerConformance
+
+    class TestMyCheckpointer(CheckpointerConformance):
+        @pytest.fixture
+        def checkpointer(self):
+            cp = MyCheckpointer(...)
+            yield cp
+            cp.close()
+
+Every test uses a fresh thread id, so a shared database is fine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from tenxgraph.core.state.messages import Message, ToolCallBlock
+from tenxgraph.errors import SerializationError, StaleStateError
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.utils.sync import run_sync
+
+
+def _tid() -> str:
+    return f"conf-{uuid.uuid4().hex}"
+
+
+class CheckpointerConformance:
+    """Contract tests every checkpointer must pass."""
+
+    @pytest.fixture
+    def checkpointer(self) -> BaseCheckpointer:  # pragma: no cover - subclasses provide it
+        raise NotImplementedError("subclass CheckpointerConformance and define a 'checkpointer' fixture")
+
+    # -- thread state -----------------------------------------------------------------------------------
+    def test_missing_thread_is_none(self, checkpointer: BaseCheckpointer) -> None:
+        assert checkpointer.get_thread(_tid()) is None
+        assert checkpointer.list_messages(_tid()) == []
+
+    def test_state_round_trip_and_versions(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+        values: dict[str, Any] = {
+            "meta": {"current_node": "MAIN", "step": 0},
+            "note": "ünïcode ✓",
+            "n": [1, 2.5],
+        }
+        assert checkpointer.put_thread(tid, values, expected_version=0) == 1
+        snap = checkpointer.get_thread(tid)
+        assert snap is not None and snap.version == 1 and snap.values == values and snap.thread_id == tid
+        values["n"] = [3]
+        assert checkpointer.put_thread(tid, values, expected_version=1) == 2
+        snap = checkpointer.get_thread(tid)
+        assert snap is not None and (snap.version, snap.values["n"]) == (2, [3])
+
+    def test_compare_and_swap_rejects_stale_version(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+        checkpointer.put_thread(tid, {"a": 1}, expected_version=0)
+        checkpointer.put_thread(tid, {"a": 2}, expected_version=1)
+        with pytest.raises(StaleStateError) as info:
+            checkpointer.put_thread(tid, {"a": "stale"}, expected_version=1, new_messages=[Message.user("lost")])
+        assert (info.value.expected, info.value.actual) == (1, 2)
+        snap = checkpointer.get_thread(tid)
+        assert snap is not None and snap.values == {"a": 2} and snap.version == 2
+        assert checkpointer.list_messages(tid) == []  # the loser's messages were not stored either
+        with pytest.raises(StaleStateError):
+            checkpointer.put_thread(_tid(), {"a": 1}, expected_version=3)  # thread does not exist: version 0
+
+    def test_state_is_copied_in_and_out(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+        values: dict[str, Any] = {"items": [1]}
+        checkpointer.put_thread(tid, values, expected_version=0)
+        values["items"].append(2)
+        snap = checkpointer.get_thread(tid)
+        assert snap is not None and snap.values == {"items": [1]}
+        snap.values["items"].append(3)
+        again = checkpointer.get_thread(tid)
+        assert again is not None and again.values == {"items": [1]}
+
+    def test_unserialisable_state_is_a_clear_error(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+        with pytest.raises(SerializationError, match="thread"):
+            checkpointer.put_thread(tid, {"bad": object()}, expected_version=0)
+        assert checkpointer.get_thread(tid) is None
+
+    # -- messages ---------------------------------------------------------------------------------------
+    def test_messages_are_appended_atomically_and_deduplicated(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+        first = Message.user("refund order 1042")
+        call = Message.assistant("", [ToolCallBlock("call_1", "refund", {"order": "1042"})])
+        checkpointer.put_thread(tid, {}, expected_version=0, new_messages=[first])
+        checkpointer.put_thread(tid, {}, expected_version=1, new_messages=[first, call])
+        checkpointer.append_messages(tid, [call])
+        stored = checkpointer.list_messages(tid)
+        assert stored == [first, call]
+        assert [m.message_id for m in stored] == [first.message_id, call.message_id]
+        assert stored[1].tool_calls[0].args == {"order": "1042"}
+        snap = checkpointer.get_thread(tid)
+        assert snap is not None and snap.version == 2  # append_messages does not bump the version
+
+    def test_messages_of_threads_are_separate(self, checkpointer: BaseCheckpointer) -> None:
+        a, b = _tid(), _tid()
+        shared = Message.user("same id on two threads")
+        checkpointer.append_messages(a, [shared])
+        checkpointer.append_messages(b, [shared, Message.user("only b")])
+        assert len(checkpointer.list_messages(a)) == 1
+        assert len(checkpointer.list_messages(b)) == 2
+
+    # -- ledger -----------------------------------------------------------------------------------------
+    def test_ledger_round_trip(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+        key = f"msg_{uuid.uuid4().hex}:call_1"
+        record = {"v": 1, "output": {"refund": "R-1", "amount": 20.5}, "is_error": False, "update": None}
+        assert checkpointer.get_tool_results(tid, [key]) == {}
+        assert checkpointer.put_tool_result(tid, key, record) is True
+        assert checkpointer.get_tool_results(tid, [key]) == {key: record}
+        assert checkpointer.list_tool_results(tid) == {key: record}
+
+    def test_ledger_first_write_wins(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+        assert checkpointer.put_tool_result(tid, "m:c", {"output": "first"}) is True
+        assert checkpointer.put_tool_result(tid, "m:c", {"output": "second"}) is False
+        assert checkpointer.get_tool_results(tid, ["m:c"]) == {"m:c": {"output": "first"}}
+
+    def test_ledger_first_write_wins_under_concurrency(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+
+        async def race() -> list[bool]:
+            return list(
+                await asyncio.gather(*(checkpointer.aput_tool_result(tid, "m:c", {"output": i}) for i in range(8)))
+            )
+
+        wins = run_sync(race())
+        assert wins.count(True) == 1
+        stored = checkpointer.get_tool_results(tid, ["m:c"])["m:c"]
+        assert stored == {"output": wins.index(True)}
+
+    def test_ledger_records_are_copies(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+        record: dict[str, Any] = {"output": {"items": [1]}}
+        checkpointer.put_tool_result(tid, "m:c", record)
+        record["output"]["items"].append(2)
+        got = checkpointer.get_tool_results(tid, ["m:c"])["m:c"]
+        assert got == {"output": {"items": [1]}}
+        got["output"]["items"].append(3)
+        assert checkpointer.get_tool_results(tid, ["m:c"])["m:c"] == {"output": {"items": [1]}}
+
+    def test_ledger_batched_read_returns_only_present_keys(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+        keys = [f"m:call_{i}" for i in range(1200)]  # more than one SQL IN-list chunk
+        for key in keys[::3]:
+            checkpointer.put_tool_result(tid, key, {"output": key})
+        found = checkpointer.get_tool_results(tid, [*keys, "absent:1"])
+        assert set(found) == set(keys[::3])
+        assert all(found[k] == {"output": k} for k in found)
+        assert checkpointer.get_tool_results(tid, []) == {}
+
+    def test_ledger_is_per_thread_and_keys_are_not_truncated(self, checkpointer: BaseCheckpointer) -> None:
+        a, b = _tid(), _tid()
+        long_key = "msg_" + "x" * 3000 + ":call_1"
+        checkpointer.put_tool_result(a, long_key, {"output": 1})
+        assert checkpointer.get_tool_results(b, [long_key]) == {}
+        assert checkpointer.get_tool_results(a, [long_key]) == {long_key: {"output": 1}}
+        assert checkpointer.get_tool_results(a, [long_key[:-1]]) == {}
+
+    def test_unserialisable_record_is_a_clear_error(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+        with pytest.raises(SerializationError, match="m:c"):
+            checkpointer.put_tool_result(tid, "m:c", {"output": {1, 2}})
+        assert checkpointer.get_tool_results(tid, ["m:c"]) == {}
+
+    def test_delete_thread_removes_everything(self, checkpointer: BaseCheckpointer) -> None:
+        tid, other = _tid(), _tid()
+        for t in (tid, other):
+            checkpointer.put_thread(t, {"x": 1}, expected_version=0, new_messages=[Message.user("hi")])
+            checkpointer.put_tool_result(t, "m:c", {"output": 1})
+        checkpointer.delete_thread(tid)
+        assert checkpointer.get_thread(tid) is None
+        assert checkpointer.list_messages(tid) == []
+        assert checkpointer.list_tool_results(tid) == {}
+        assert checkpointer.get_thread(other) is not None  # other threads untouched
+        assert checkpointer.list_tool_results(other) != {}
+
+    def test_invalid_thread_id_is_rejected(self, checkpointer: BaseCheckpointer) -> None:
+        with pytest.raises(ValueError, match="thread_id"):
+            checkpointer.get_thread("")

@@ -1,0 +1,1 @@
+"""pytest-replaysafe plugin (filled in by the plugin issue)."""

@@ -1,0 +1,57 @@
+"""10xgraph: an agent-graph runtime whose tool calls are replay-safe."""
+
+from tenxgraph.core import crashpoints as _crashpoints
+from tenxgraph.core.graph import (
+    END,
+    CompiledGraph,
+    RunResult,
+    StateGraph,
+    StreamEvent,
+    Tool,
+    ToolNode,
+    ToolOutput,
+)
+from tenxgraph.core.state import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
+from tenxgraph.errors import (
+    ConfigError,
+    GraphRecursionError,
+    NodeTimeoutError,
+    StaleStateError,
+    TenxGraphError,
+    ToolTimeoutError,
+)
+from tenxgraph.models import Reply, ScriptedModel
+from tenxgraph.prebuilt import ReactAgent
+from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "END",
+    "AgentState",
+    "BaseCheckpointer",
+    "CompiledGraph",
+    "ConfigError",
+    "GraphRecursionError",
+    "InMemoryCheckpointer",
+    "Message",
+    "NodeTimeoutError",
+    "ReactAgent",
+    "Reply",
+    "RunResult",
+    "ScriptedModel",
+    "StaleStateError",
+    "StateGraph",
+    "StreamEvent",
+    "TenxGraphError",
+    "TextBlock",
+    "Tool",
+    "ToolCallBlock",
+    "ToolNode",
+    "ToolOutput",
+    "ToolResultBlock",
+    "ToolTimeoutError",
+]
+
+# A child process started by the crash harness arms its point from TENXGRAPH_CRASH_AT.
+_crashpoints.arm_from_env()

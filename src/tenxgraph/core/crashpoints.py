@@ -1,0 +1,285 @@
+"""Deterministic crash points: the runtime side of the fault-injection harness.
+
+Call sites say ``crash_point("tool.after_return")``. Each point is declared once, at import, by the module that
+fires it (:func:`declare`), which records the call site's file and line; :func:`list_crash_points` returns them.
+Disarmed, a call site costs one global check.
+
+Arm a point in-process with :func:`arm` (or the :func:`armed` context manager), or for a child process from the
+environment: ``TENXGRAPH_CRASH_AT=name[:hit[:action]]`` (read at import and by :func:`arm_from_env`). The point
+fires on its *hit*-th arrival after arming. Actions:
+
+- ``raise``: raise :class:`CrashInjected`, a ``BaseException`` that ordinary ``except Exception`` does not catch;
+- ``kill``: write and fsync a marker file (``TENXGRAPH_CRASH_MARKER``) naming the point and hit, then SIGKILL
+  this process;
+- ``fault``: raise :class:`InjectedFault`, an ordinary exception (the default for fault points such as
+  ``ledger.read_error``, which simulate a failing dependency rather than a dying process);
+- any callable, called with the point name and hit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeAlias
+
+Action: TypeAlias = Literal["raise", "kill", "fault"] | Callable[[str, int], None]
+Kind: TypeAlias = Literal["crash", "fault"]
+ACTIONS = ("raise", "kill", "fault")
+ENV_CRASH_AT = "TENXGRAPH_CRASH_AT"
+ENV_MARKER = "TENXGRAPH_CRASH_MARKER"
+
+
+class CrashInjected(BaseException):
+    """Raised by an armed crash point with the ``raise`` action: the run stops as if the process died."""
+
+    def __init__(self, point: str, hit: int) -> None:
+        self.point = point
+        self.hit = hit
+        super().__init__(f"crash injected at {point!r} (hit {hit})")
+
+
+class InjectedFault(RuntimeError):
+    """Raised by an armed point with the ``fault`` action: a dependency failed (an ordinary exception)."""
+
+    def __init__(self, point: str, hit: int) -> None:
+        self.point = point
+        self.hit = hit
+        super().__init__(f"fault injected at {point!r} (hit {hit})")
+
+
+@dataclass(frozen=True, slots=True)
+class CrashPoint:
+    name: str
+    kind: Kind
+    description: str
+    file: str
+    line: int
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(slots=True)
+class _Arming:
+    hit: int
+    action: Action
+    seen: int = 0
+    fired: bool = False
+
+
+_registry: dict[str, CrashPoint] = {}
+_lock = threading.Lock()
+# Hot-path state: None when nothing is armed and nothing counts, so a call site costs one check.
+_active: dict[str, _Arming] | None = None
+_armed: dict[str, _Arming] = {}
+_counts: dict[str, int] | None = None
+_fired: list[tuple[str, int]] = []
+
+
+def _call_site_line(file: str, name: str, fallback: int) -> int:
+    needle = f'crash_point("{name}")'
+    try:
+        for number, text in enumerate(Path(file).read_text(encoding="utf-8").splitlines(), 1):
+            if needle in text:
+                return number
+    except OSError:
+        pass
+    return fallback
+
+
+def declare(name: str, description: str, kind: Kind = "crash") -> CrashPoint:
+    """Register a point fired by the calling module; its location is the ``crash_point("name")`` call site."""
+    frame = sys._getframe(1)
+    file = frame.f_code.co_filename
+    point = CrashPoint(name, kind, description, file, _call_site_line(file, name, frame.f_lineno))
+    with _lock:
+        existing = _registry.get(name)
+        if existing is not None and (existing.file, existing.kind) != (point.file, point.kind):
+            raise ValueError(f"crash point {name!r} is declared twice: {existing.location} and {point.location}")
+        _registry[name] = point
+    return point
+
+
+def list_crash_points(kind: Kind | None = None) -> list[CrashPoint]:
+    """Every declared point (importing the runtime declares its points), sorted by name."""
+    import tenxgraph.core.graph  # noqa: F401 - declares the run-loop and handler points
+
+    return sorted((p for p in _registry.values() if kind is None or p.kind == kind), key=lambda p: p.name)
+
+
+def get_crash_point(name: str) -> CrashPoint:
+    list_crash_points()
+    try:
+        return _registry[name]
+    except KeyError:
+        known = ", ".join(sorted(_registry))
+        raise KeyError(f"unknown crash point {name!r}; known points: {known}") from None
+
+
+def _refresh() -> None:
+    global _active
+    _active = dict(_armed) if (_armed or _counts is not None) else None
+
+
+def arm(name: str, hit: int = 1, action: Action | None = None) -> None:
+    """Make point *name* fire on its *hit*-th arrival from now on. Unknown names raise ``KeyError``."""
+    point = get_crash_point(name)
+    if not isinstance(hit, int) or hit < 1:
+        raise ValueError(f"hit must be a whole number >= 1, got {hit!r}")
+    if action is None:
+        action = "fault" if point.kind == "fault" else "raise"
+    if not callable(action) and action not in ACTIONS:
+        raise ValueError(f"unknown crash action {action!r}; use one of {', '.join(ACTIONS)} or a callable")
+    with _lock:
+        _armed[name] = _Arming(hit, action)
+        _refresh()
+
+
+def disarm(name: str | None = None) -> None:
+    """Disarm one point, or all of them."""
+    with _lock:
+        if name is None:
+            _armed.clear()
+        else:
+            _armed.pop(name, None)
+        _refresh()
+
+
+@contextlib.contextmanager
+def armed(name: str, hit: int = 1, action: Action | None = None) -> Iterator[None]:
+    arm(name, hit, action)
+    try:
+        yield
+    finally:
+        disarm(name)
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[dict[str, int]]:
+    """Count arrivals at every point while the block runs (how the harness learns the hits of a clean run)."""
+    global _counts
+    counts: dict[str, int] = {}
+    with _lock:
+        _counts = counts
+        _refresh()
+    try:
+        yield counts
+    finally:
+        with _lock:
+            _counts = None
+            _refresh()
+
+
+def fired() -> list[tuple[str, int]]:
+    """``(point, hit)`` of every point that fired in this process since the last :func:`reset`."""
+    return list(_fired)
+
+
+def reset() -> None:
+    """Disarm everything and forget what fired."""
+    with _lock:
+        _armed.clear()
+        _fired.clear()
+        _refresh()
+
+
+def crash_point(name: str) -> None:
+    """A call site. Does nothing unless *name* is armed or arrivals are being counted."""
+    if _active is None:
+        return
+    _arrive(name)
+
+
+def _arrive(name: str) -> None:
+    if name not in _registry:
+        raise KeyError(f"crash_point({name!r}) fired but was never declared; call declare() in its module")
+    with _lock:
+        if _counts is not None:
+            _counts[name] = _counts.get(name, 0) + 1
+        arming = _armed.get(name)
+        if arming is None or arming.fired:
+            return
+        arming.seen += 1
+        if arming.seen != arming.hit:
+            return
+        arming.fired = True
+        _fired.append((name, arming.hit))
+        action = arming.action
+    _fire(name, arming.hit, action)
+
+
+def marker_path() -> Path:
+    env = os.environ.get(ENV_MARKER)
+    if env:
+        return Path(env)
+    return Path(tempfile.gettempdir()) / f"tenxgraph-crash-{os.getpid()}.json"
+
+
+def read_marker(path: Path) -> tuple[str, int] | None:
+    """The ``(point, hit)`` a killed process wrote before dying, or None if it wrote none."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return str(data["point"]), int(data["hit"])
+
+
+def _write_marker(name: str, hit: int) -> None:
+    path = marker_path()
+    payload = json.dumps({"point": name, "hit": hit, "pid": os.getpid()}).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, payload)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fire(name: str, hit: int, action: Action) -> None:
+    if callable(action):
+        action(name, hit)
+    elif action == "raise":
+        raise CrashInjected(name, hit)
+    elif action == "fault":
+        raise InjectedFault(name, hit)
+    else:  # kill
+        _write_marker(name, hit)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def parse_crash_spec(spec: str) -> tuple[str, int, str | None]:
+    """Parse ``name[:hit[:action]]``; raise ValueError naming the bad part."""
+    parts = spec.strip().split(":")
+    if not parts[0] or len(parts) > 3:
+        raise ValueError(f"{ENV_CRASH_AT}={spec!r} is invalid; expected name[:hit[:action]]")
+    try:
+        hit = int(parts[1]) if len(parts) > 1 and parts[1] else 1
+    except ValueError:
+        raise ValueError(f"{ENV_CRASH_AT}={spec!r}: hit {parts[1]!r} is not a whole number") from None
+    action = parts[2] if len(parts) > 2 and parts[2] else None
+    if action is not None and action not in ACTIONS:
+        raise ValueError(f"{ENV_CRASH_AT}={spec!r}: unknown action {action!r}; use one of {', '.join(ACTIONS)}")
+    return parts[0], hit, action
+
+
+def arm_from_env() -> bool:
+    """Arm the point named by ``TENXGRAPH_CRASH_AT`` (default action for it there: ``kill``). True if armed."""
+    spec = os.environ.get(ENV_CRASH_AT)
+    if not spec:
+        return False
+    name, hit, action = parse_crash_spec(spec)
+    if action is None:
+        action = "fault" if get_crash_point(name).kind == "fault" else "kill"
+    arm(name, hit, action)  # type: ignore[arg-type]
+    return True

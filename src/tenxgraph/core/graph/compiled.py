@@ -1,0 +1,325 @@
+"""CompiledGraph: the durable run loop.
+
+Order of persistence, per step:
+1. the node about to run is already stored as ``meta.current_node`` (by the previous step or the run's start):
+   a killed process re-runs exactly that node on resume;
+2. the node runs (under ``node_timeout``);
+3. its messages, its state update and the next node are stored in one compare-and-swap write: only now does
+   the run advance.
+Every write carries the version this run last read or wrote; it is never refreshed from storage mid-run, so a
+concurrent run on the same thread makes one of them fail with ``StaleStateError`` instead of interleaving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from tenxgraph.core.crashpoints import crash_point, declare
+from tenxgraph.core.graph.config import RunConfig
+from tenxgraph.core.graph.context import RunContext, reset_current_run, set_current_run
+from tenxgraph.core.state.messages import Message
+from tenxgraph.core.state.state import AgentState
+from tenxgraph.errors import ConfigError, GraphBuildError, GraphRecursionError, NodeTimeoutError
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.storage.checkpointer.memory import InMemoryCheckpointer
+from tenxgraph.utils.constants import END, LOGGER_NAME
+from tenxgraph.utils.sync import run_sync
+
+if TYPE_CHECKING:
+    from tenxgraph.core.graph.state_graph import StateGraph
+
+log = logging.getLogger(LOGGER_NAME)
+S = TypeVar("S", bound=AgentState)
+
+declare("run.before_node", "the current node is recorded; the node has not started")
+declare("node.after_complete", "the node finished; the run has not advanced")
+declare("run.after_advance", "the node's output and the next node are persisted")
+
+
+@dataclass(slots=True)
+class RunResult(Generic[S]):
+    """What ``invoke`` returns: the thread's state after the run, and the thread id (generated if none given)."""
+
+    thread_id: str
+    state: S
+    version: int
+    thread_id_generated: bool = False
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.state.messages
+
+    @property
+    def status(self) -> str:
+        return self.state.meta.status
+
+    @property
+    def final_text(self) -> str:
+        """The text of the last assistant message ("" if there is none)."""
+        message = self.state.last_assistant
+        return message.text if message is not None else ""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One event of ``stream``/``astream``: a node finished (``node``), or the run ended (``node == END``)."""
+
+    node: str
+    step: int
+    messages: list[Message] = field(default_factory=list)
+    update: dict[str, Any] = field(default_factory=dict)
+    result: RunResult[Any] | None = None
+
+
+def _is_async(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+
+
+class CompiledGraph(Generic[S]):
+    """A checked graph bound to a checkpointer. Safe to create anew over the same checkpointer to resume."""
+
+    def __init__(self, graph: StateGraph[S], checkpointer: BaseCheckpointer | None = None) -> None:
+        if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointer):
+            raise ConfigError(f"checkpointer must be a BaseCheckpointer, got {type(checkpointer).__name__}")
+        self.checkpointer: BaseCheckpointer = checkpointer if checkpointer is not None else InMemoryCheckpointer()
+        self.state_schema: type[S] = graph.state_schema
+        self.nodes = dict(graph.nodes)
+        self.edges = dict(graph.edges)
+        self.conditional = dict(graph.conditional)
+        assert graph.entry_point is not None
+        self.entry_point: str = graph.entry_point
+        self._async_nodes = {name: _is_async(fn) for name, fn in self.nodes.items()}
+        self._fields = set(self.state_schema.field_names()) - {"meta"}
+
+    # -- public API -------------------------------------------------------------------------------------
+    async def ainvoke(self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> RunResult[S]:
+        """Run the thread to the end: start it, continue it with new input, or resume an interrupted run."""
+        result: RunResult[S] | None = None
+        async for event in self._run(input, RunConfig.parse(config), use_ledger=True):
+            result = event.result
+        assert result is not None
+        return result
+
+    def invoke(self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> RunResult[S]:
+        return run_sync(self.ainvoke(input, config))
+
+    async def astream(
+        self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """Like ``ainvoke``, yielding an event per finished node and a final one with the result.
+
+        Known gap (documented): streaming runs execute tools *without* the replay ledger.
+        """
+        cfg = RunConfig.parse(config)
+        log.warning(
+            "thread %r runs through astream/stream, which executes tools without the replay ledger "
+            "(documented gap 'streaming'); use invoke/ainvoke where tools have side effects",
+            cfg.thread_id,
+        )
+        async for event in self._run(input, cfg, use_ledger=False):
+            yield event
+
+    def stream(self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> Iterator[StreamEvent]:
+        agen = self.astream(input, config)
+
+        async def step() -> StreamEvent:
+            return await anext(agen)
+
+        while True:
+            try:
+                yield run_sync(step())
+            except StopAsyncIteration:
+                return
+
+    async def aget_state(self, thread_id: str) -> S | None:
+        """The stored state of a thread, or None."""
+        snap = await self.checkpointer.aget_thread(thread_id)
+        if snap is None:
+            return None
+        return self.state_schema.from_values(snap.values, await self.checkpointer.alist_messages(thread_id))
+
+    def get_state(self, thread_id: str) -> S | None:
+        return run_sync(self.aget_state(thread_id))
+
+    # -- the run loop -----------------------------------------------------------------------------------
+    def _parse_input(self, input: Mapping[str, Any] | None) -> tuple[list[Message], dict[str, Any]]:
+        if input is None:
+            return [], {}
+        if not isinstance(input, Mapping):
+            raise ConfigError(f"input must be a dict such as {{'messages': [...]}} or None, got {type(input).__name__}")
+        values = dict(input)
+        raw = values.pop("messages", [])
+        raw = [raw] if isinstance(raw, Message | str) else list(raw)
+        messages = [Message.user(m) if isinstance(m, str) else m for m in raw]
+        for m in messages:
+            if not isinstance(m, Message):
+                raise ConfigError(f"input messages must be Message objects or strings, got {type(m).__name__}")
+        self._check_fields(values, "input")
+        return messages, values
+
+    def _check_fields(self, values: Mapping[str, Any], source: str) -> None:
+        unknown = sorted(set(values) - self._fields)
+        if unknown:
+            raise GraphBuildError(
+                f"{source} sets {unknown}, which {self.state_schema.__name__} does not declare; "
+                f"fields: {sorted(self._fields)}"
+            )
+
+    async def _run(
+        self, input: Mapping[str, Any] | None, cfg: RunConfig, use_ledger: bool
+    ) -> AsyncIterator[StreamEvent]:
+        new_messages, new_values = self._parse_input(input)
+        cp = self.checkpointer
+        tid = cfg.thread_id
+        snap = await cp.aget_thread(tid)
+        if snap is None:
+            if input is None:
+                raise ConfigError(f"thread {tid!r} has no stored run to resume; pass input to start one")
+            state, version = self.state_schema(), 0
+        else:
+            state = self.state_schema.from_values(snap.values, await cp.alist_messages(tid))
+            version = snap.version
+        seen = {m.message_id for m in state.messages}
+        run = _Run(self, cfg, state, version, seen, use_ledger)
+
+        meta = state.meta
+        if meta.status in ("running", "error") and meta.current_node not in (None, END):
+            log.info("thread %r: resuming the interrupted run at node %r", tid, meta.current_node)
+            async for event in run.loop():
+                yield event
+        fresh = [m for m in new_messages if m.message_id not in run.seen]
+        if fresh or new_values:
+            await run.start(fresh, new_values)
+            async for event in run.loop():
+                yield event
+        yield StreamEvent(
+            END, run.state.meta.step, result=RunResult(tid, run.state, run.version, cfg.thread_id_generated)
+        )
+
+    def _next(self, node: str, state: S) -> str:
+        if node in self.edges:
+            return self.edges[node]
+        cond = self.conditional[node]
+        choice = cond.path(state)
+        target = cond.path_map.get(choice) if cond.path_map is not None else choice
+        if target is None or (target != END and target not in self.nodes):
+            raise GraphBuildError(
+                f"the conditional edge after {node!r} chose {choice!r}, which is not a node or END; "
+                f"nodes: {sorted(self.nodes)}"
+            )
+        return target
+
+
+class _Run(Generic[S]):
+    """One invocation's walk over the graph; holds the version it last wrote."""
+
+    def __init__(
+        self,
+        graph: CompiledGraph[S],
+        cfg: RunConfig,
+        state: S,
+        version: int,
+        seen: set[str],
+        use_ledger: bool,
+    ) -> None:
+        self.graph, self.cfg, self.state, self.version, self.seen = graph, cfg, state, version, seen
+        self.use_ledger = use_ledger
+        self.steps = 0
+
+    async def _write(self, messages: list[Message]) -> None:
+        self.version = await self.graph.checkpointer.aput_thread(
+            self.cfg.thread_id, self.state.values_dict(), expected_version=self.version, new_messages=messages
+        )
+
+    async def start(self, messages: list[Message], values: dict[str, Any]) -> None:
+        """Append new input and record the entry point as the current node: the run now exists."""
+        for name, value in values.items():
+            setattr(self.state, name, value)
+        self.state.messages.extend(messages)
+        self.seen.update(m.message_id for m in messages)
+        self.state.meta.current_node = self.graph.entry_point
+        self.state.meta.status = "running"
+        self.state.meta.error = None
+        await self._write(messages)
+
+    async def loop(self) -> AsyncIterator[StreamEvent]:
+        graph, cfg, meta = self.graph, self.cfg, self.state.meta
+        while meta.current_node not in (None, END):
+            node = meta.current_node
+            assert node is not None
+            if self.steps >= cfg.recursion_limit:
+                raise GraphRecursionError(
+                    f"thread {cfg.thread_id!r} ran {self.steps} nodes without finishing (recursion_limit="
+                    f"{cfg.recursion_limit}); it stopped before node {node!r} and stays resumable: check the "
+                    f"graph for a loop, or resume with invoke(None, {{'thread_id': ..., 'recursion_limit': N}})"
+                )
+            crash_point("run.before_node")
+            update = await self._execute(node)
+            crash_point("node.after_complete")
+            messages, values = self._apply(node, update)
+            nxt = graph._next(node, self.state)
+            meta.step += 1
+            meta.current_node = None if nxt == END else nxt
+            meta.status = "done" if nxt == END else "running"
+            meta.error = None
+            await self._write(messages)
+            crash_point("run.after_advance")
+            self.steps += 1
+            yield StreamEvent(node, meta.step, messages, values)
+
+    async def _execute(self, node: str) -> Any:
+        graph, cfg = self.graph, self.cfg
+        fn = graph.nodes[node]
+        view = dataclasses.replace(self.state, messages=list(self.state.messages))
+        token = set_current_run(RunContext(cfg, graph.checkpointer, node, self.use_ledger))
+        try:
+            async with asyncio.timeout(cfg.node_timeout) as limit:
+                return await (fn(view) if graph._async_nodes[node] else asyncio.to_thread(fn, view))
+        except TimeoutError as exc:
+            if not limit.expired():
+                await self._fail(node, exc)
+            assert cfg.node_timeout is not None
+            await self._fail(node, NodeTimeoutError(node, cfg.node_timeout))
+        except Exception as exc:
+            await self._fail(node, exc)
+        finally:
+            reset_current_run(token)
+
+    async def _fail(self, node: str, exc: Exception) -> None:
+        """Store the error (the node stays current, so a resume retries it), then re-raise."""
+        self.state.meta.status = "error"
+        self.state.meta.error = f"{type(exc).__name__} in node {node!r}: {exc}"
+        try:
+            await self._write([])
+        except Exception as store_exc:
+            log.error("thread %r: could not store the error of node %r: %s", self.cfg.thread_id, node, store_exc)
+        if isinstance(exc, NodeTimeoutError):
+            raise exc from None
+        raise exc
+
+    def _apply(self, node: str, update: Any) -> tuple[list[Message], dict[str, Any]]:
+        if update is None:
+            return [], {}
+        if not isinstance(update, Mapping):
+            raise GraphBuildError(f"node {node!r} returned {type(update).__name__}; return a dict of updates or None")
+        values = dict(update)
+        raw = values.pop("messages", [])
+        raw = [raw] if isinstance(raw, Message) else list(raw)
+        self.graph._check_fields(values, f"node {node!r}")
+        for name, value in values.items():
+            setattr(self.state, name, value)
+        fresh: list[Message] = []
+        for message in raw:
+            if not isinstance(message, Message):
+                raise GraphBuildError(f"node {node!r} returned a non-Message in 'messages': {message!r}")
+            if message.message_id not in self.seen:
+                self.seen.add(message.message_id)
+                fresh.append(message)
+        self.state.messages.extend(fresh)
+        return fresh, values

@@ -1,0 +1,65 @@
+"""Per-run configuration: ``config={"thread_id": "t1", "tool_timeout": 60, "node_timeout": 120}``."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tenxgraph.core.state.messages import new_id
+from tenxgraph.errors import ConfigError
+from tenxgraph.utils.constants import LOGGER_NAME, NODE_TIMEOUT, RECURSION_LIMIT, TOOL_TIMEOUT
+
+log = logging.getLogger(LOGGER_NAME)
+
+KNOWN_KEYS = ("thread_id", "node_timeout", "tool_timeout", "recursion_limit")
+
+
+def parse_timeout(name: str, value: object) -> float | None:
+    """Seconds as a positive float; ``None`` or ``0`` disables the limit."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number of seconds, or None/0 to disable it; got {value!r}")
+    if math.isnan(value) or value < 0:
+        raise ConfigError(f"{name} must be >= 0 seconds (0 or None disables it); got {value!r}")
+    return None if value == 0 or math.isinf(value) else float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    thread_id: str
+    thread_id_generated: bool
+    node_timeout: float | None
+    tool_timeout: float | None
+    recursion_limit: int
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any] | None) -> RunConfig:
+        config = dict(config or {})
+        unknown = sorted(set(config) - set(KNOWN_KEYS))
+        if unknown:
+            raise ConfigError(f"unknown run config keys {unknown}; known keys are {list(KNOWN_KEYS)}")
+        thread_id = config.get("thread_id")
+        generated = thread_id is None
+        if generated:
+            thread_id = new_id("thread")
+            log.warning(
+                "no thread_id in the run config: generated %s. Replay protection needs a caller-supplied "
+                "thread_id: pass config={'thread_id': ...} to resume this run after a crash",
+                thread_id,
+            )
+        elif not isinstance(thread_id, str) or not thread_id:
+            raise ConfigError(f"config['thread_id'] must be a non-empty string, got {thread_id!r}")
+        limit = config.get("recursion_limit", RECURSION_LIMIT)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"recursion_limit must be a whole number >= 1, got {limit!r}")
+        return cls(
+            thread_id=thread_id,
+            thread_id_generated=generated,
+            node_timeout=parse_timeout("node_timeout", config.get("node_timeout", NODE_TIMEOUT)),
+            tool_timeout=parse_timeout("tool_timeout", config.get("tool_timeout", TOOL_TIMEOUT)),
+            recursion_limit=limit,
+        )

@@ -1,0 +1,42 @@
+"""ToolNode: the graph node that runs (or replays) the tool calls of the last assistant message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tenxgraph.core.graph.context import current_run
+from tenxgraph.core.graph.tools import Tool
+from tenxgraph.core.graph.utils.invoke_node_handler import invoke_tool_calls
+from tenxgraph.core.state.messages import JSON
+from tenxgraph.core.state.state import AgentState
+from tenxgraph.errors import GraphBuildError
+
+
+class ToolNode:
+    """Plain functions (sync or async) or :class:`Tool` objects become the tools of this node."""
+
+    def __init__(self, tools: Iterable[Callable[..., Any] | Tool]) -> None:
+        self.tools: dict[str, Tool] = {}
+        for fn in tools:
+            tool = fn if isinstance(fn, Tool) else Tool.from_function(fn)
+            if tool.name in self.tools:
+                raise GraphBuildError(f"two tools are named {tool.name!r}; tool names must be unique")
+            self.tools[tool.name] = tool
+
+    def schemas(self) -> list[dict[str, JSON]]:
+        return [tool.schema() for tool in self.tools.values()]
+
+    async def __call__(self, state: AgentState) -> dict[str, Any]:
+        ctx = current_run()
+        if ctx is None:
+            raise RuntimeError("ToolNode runs inside a compiled graph; call graph.invoke(...) instead")
+        message = state.last_message
+        if message is None or message.role != "assistant" or not message.tool_calls:
+            return {}
+        executions = await invoke_tool_calls(message, self.tools, ctx)
+        update: dict[str, Any] = {}
+        for execution in executions:  # in call order: a later call's field update wins
+            update.update(execution.update or {})
+        update["messages"] = [execution.message() for execution in executions]
+        return update

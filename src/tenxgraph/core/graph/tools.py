@@ -1,0 +1,192 @@
+"""Plain functions as tools: a JSON schema from the signature, type hints and docstring; argument checks."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union, get_args, get_origin
+
+from tenxgraph.core.state.messages import JSON
+
+
+class ToolArgumentError(ValueError):
+    """Arguments a model sent for a tool do not fit its signature. The message is meant for the model."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """Return this from a tool to update graph state besides answering the model::
+
+    return ToolOutput("refunded 20.00", update={"refunded_total": 20.0})
+    """
+
+    content: JSON
+    update: dict[str, JSON] | None = None
+    is_error: bool = False
+
+
+_PRIMITIVES: dict[Any, dict[str, JSON]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+    dict: {"type": "object"},
+    list: {"type": "array"},
+    Any: {},
+}
+
+
+def json_schema_for(hint: Any) -> dict[str, JSON]:
+    """The JSON schema of a type hint (str, int, float, bool, None, list[X], dict[str, X], Literal, X | Y)."""
+    if hint in _PRIMITIVES:
+        return dict(_PRIMITIVES[hint])
+    origin = get_origin(hint)
+    args = get_args(hint)
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (Union, types.UnionType):
+        options = [json_schema_for(a) for a in args]
+        return options[0] if len(options) == 1 else {"anyOf": options}
+    if origin in (list, tuple, set, frozenset):
+        return {"type": "array", "items": json_schema_for(args[0])} if args else {"type": "array"}
+    if origin is dict:
+        out: dict[str, JSON] = {"type": "object"}
+        if len(args) == 2:
+            out["additionalProperties"] = json_schema_for(args[1])
+        return out
+    raise TypeError(f"type hint {hint!r} has no JSON schema; use str, int, float, bool, list, dict or Literal")
+
+
+def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
+    """The description and the per-argument docs of a Google-style docstring."""
+    doc = inspect.cleandoc(doc)
+    summary, _, rest = doc.partition("\nArgs:\n")
+    params: dict[str, str] = {}
+    current: str | None = None
+    for line in rest.splitlines():
+        if re.match(r"^\S", line):  # next section (Returns:, Raises:)
+            break
+        match = re.match(r"^\s+(\w+)(?:\s*\([^)]*\))?:\s*(.*)$", line)
+        if match:
+            current = match.group(1)
+            params[current] = match.group(2).strip()
+        elif current and line.strip():
+            params[current] += " " + line.strip()
+    return summary.strip(), params
+
+
+def _matches(value: JSON, schema: dict[str, JSON]) -> bool:
+    if "anyOf" in schema:
+        return any(_matches(value, s) for s in schema["anyOf"])
+    if "enum" in schema:
+        return value in schema["enum"]
+    kind = schema.get("type")
+    checks: dict[str, Callable[[JSON], bool]] = {
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "null": lambda v: v is None,
+        "object": lambda v: isinstance(v, dict),
+        "array": lambda v: isinstance(v, list),
+    }
+    if kind is None:
+        return True
+    if not checks[kind](value):
+        return False
+    if kind == "array" and "items" in schema:
+        return all(_matches(v, schema["items"]) for v in value)
+    return True
+
+
+@dataclass(slots=True)
+class Tool:
+    """A callable the model can ask for, with its JSON schema."""
+
+    name: str
+    description: str
+    fn: Callable[..., Any]
+    parameters: dict[str, JSON] = field(default_factory=dict)
+    is_async: bool = False
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], name: str | None = None, description: str | None = None) -> Tool:
+        if not callable(fn):
+            raise TypeError(f"a tool must be a function, got {fn!r}")
+        tool_name = name or getattr(fn, "__name__", None)
+        if not tool_name or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
+            raise ValueError(f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'")
+        summary, param_docs = _docstring_parts(inspect.getdoc(fn) or "")
+        try:
+            hints = typing.get_type_hints(fn)
+        except Exception as exc:
+            raise TypeError(f"tool {tool_name!r}: cannot resolve its type hints: {exc}") from exc
+        properties: dict[str, JSON] = {}
+        required: list[str] = []
+        for param in inspect.signature(fn).parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"tool {tool_name!r}: *args/**kwargs cannot be described to a model; name them")
+            hint = hints.get(param.name, Any)
+            try:
+                schema = json_schema_for(hint)
+            except TypeError as exc:
+                raise TypeError(f"tool {tool_name!r}, parameter {param.name!r}: {exc}") from None
+            if param.name in param_docs:
+                schema["description"] = param_docs[param.name]
+            if param.default is param.empty:
+                required.append(param.name)
+            else:
+                schema["default"] = param.default
+            properties[param.name] = schema
+        parameters: dict[str, JSON] = {
+            "type": "object",
+            "properties": properties,
+            "additionalProperties": False,
+        }
+        if required:
+            parameters["required"] = required
+        return cls(
+            name=tool_name,
+            description=description if description is not None else summary,
+            fn=fn,
+            parameters=parameters,
+            is_async=inspect.iscoroutinefunction(fn),
+        )
+
+    def schema(self) -> dict[str, JSON]:
+        """What a model is shown: name, description and JSON-schema parameters."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    def parse_args(self, raw: dict[str, JSON] | str) -> dict[str, JSON]:
+        """Decode and check arguments; :class:`ToolArgumentError` says what is wrong in words a model can act on."""
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw) if raw.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ToolArgumentError(
+                    f"arguments for {self.name} are not valid JSON ({exc}); send a JSON object"
+                ) from None
+        if not isinstance(raw, dict):
+            raise ToolArgumentError(f"arguments for {self.name} must be a JSON object, got {type(raw).__name__}")
+        props: dict[str, dict[str, JSON]] = self.parameters.get("properties", {})
+        problems: list[str] = []
+        missing = [p for p in self.parameters.get("required", []) if p not in raw]
+        if missing:
+            problems.append(f"missing required argument(s) {', '.join(missing)}")
+        extra = [a for a in raw if a not in props]
+        if extra:
+            problems.append(f"unknown argument(s) {', '.join(extra)} (accepted: {', '.join(props) or 'none'})")
+        for arg, value in raw.items():
+            schema = props.get(arg)
+            if schema is not None and not _matches(value, schema):
+                expected = schema.get("type") or schema.get("enum") or "see schema"
+                problems.append(f"argument {arg} should be {expected}, got {json.dumps(value)}")
+        if problems:
+            raise ToolArgumentError(f"invalid call to {self.name}: " + "; ".join(problems))
+        return raw

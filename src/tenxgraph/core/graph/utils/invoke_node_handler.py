@@ -1,0 +1,251 @@
+"""The replay-safe tool ledger. This module is the only place its logic lives.
+
+For the tool calls of one assistant message:
+
+1. Each call's ledger key is ``"{message_id}:{tool_call_id}"`` (:func:`ledger_key`). ``call_1`` repeats every
+   turn; the pair does not. A call without either id has no key: it runs unprotected, with a warning.
+2. Before invoking anything, the records of all keys are read in one batched call. A call with a record is not
+   invoked: its recorded result (output, error flag, state update) is returned, flagged ``replayed``.
+3. Calls without a record run concurrently. Each one's record is written as soon as that tool returns, before
+   its siblings finish and before the node completes, so a crash later skips the finished ones on replay.
+4. First write wins (the checkpointer's contract).
+
+Recorded: a tool that returned, and a tool that raised (its error result). Not recorded: a timeout (the call is
+cancelled, the model gets a ``ToolTimeoutError`` result) and a call that never ran (bad arguments, unknown tool).
+
+Failures, as documented: a failed ledger read logs a WARNING and runs the tools (skipping a tool that never ran
+is worse); a failed record write (or an unserialisable result) logs an ERROR that the call completed but was not
+recorded and may run again on replay, and the run continues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tenxgraph.core.crashpoints import crash_point, declare
+from tenxgraph.core.graph.context import RunContext
+from tenxgraph.core.graph.tools import Tool, ToolArgumentError, ToolOutput
+from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock, dumps
+from tenxgraph.errors import SerializationError, ToolTimeoutError
+from tenxgraph.utils.constants import LOGGER_NAME
+
+log = logging.getLogger(LOGGER_NAME)
+
+RECORD_VERSION = 1
+
+declare("tool.before_ledger_read", "tool node started; the ledger has not been read yet")
+declare("ledger.read_error", "the batched ledger read fails (fault point)", kind="fault")
+declare("tool.before_invoke", "ledger miss; the tool is about to run")
+declare("tool.after_return", "the tool returned; its record is not written yet")
+declare("ledger.write_error", "writing the ledger record fails (fault point)", kind="fault")
+declare("tool.after_record", "the record is written; the node has not completed")
+
+
+def ledger_key(message_id: str | None, tool_call_id: str | None) -> str | None:
+    """The stable identity of a tool call, or None when either id is missing (the call is unprotected)."""
+    if not message_id or not tool_call_id:
+        return None
+    return f"{message_id}:{tool_call_id}"
+
+
+def result_message_id(key: str | None) -> str:
+    """A tool result's message id: derived from the ledger key, so a replay yields the same message."""
+    return f"tool_{uuid.uuid5(uuid.NAMESPACE_URL, key).hex}" if key else f"tool_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecution:
+    """What one tool call produced, and how."""
+
+    call: ToolCallBlock
+    key: str | None
+    result: ToolResultBlock
+    update: dict[str, JSON] | None = None
+    replayed: bool = False
+    recorded: bool = False
+
+    def message(self) -> Message:
+        metadata: dict[str, JSON] = {"tool": self.call.name}
+        if self.replayed:
+            metadata["replayed"] = True
+        return Message.tool(self.result, message_id=result_message_id(self.key), metadata=metadata)
+
+
+def encode_record(execution: ToolExecution) -> dict[str, JSON]:
+    return {
+        "v": RECORD_VERSION,
+        "kind": "value",
+        "tool": execution.call.name,
+        "call_id": execution.call.id,
+        "output": execution.result.output,
+        "is_error": execution.result.is_error,
+        "status": execution.result.status,
+        "update": execution.update,
+    }
+
+
+def decode_record(call: ToolCallBlock, key: str, record: Mapping[str, JSON]) -> ToolExecution:
+    result = ToolResultBlock(
+        call_id=call.id,
+        output=record.get("output"),
+        is_error=bool(record.get("is_error", False)),
+        status=str(record.get("status", "success")),
+    )
+    return ToolExecution(call, key, result, update=record.get("update"), replayed=True, recorded=True)
+
+
+def _error(call: ToolCallBlock, key: str | None, text: str, status: str = "error") -> ToolExecution:
+    return ToolExecution(call, key, ToolResultBlock(call.id, text, is_error=True, status=status))
+
+
+async def _invoke(tool: Tool, call: ToolCallBlock, args: dict[str, JSON], timeout: float | None) -> JSON:
+    if tool.is_async:
+        return await asyncio.wait_for(tool.fn(**args), timeout)
+    # Sync tools run off the event loop. A timed-out thread cannot be stopped; its result is discarded.
+    return await asyncio.wait_for(asyncio.to_thread(tool.fn, **args), timeout)
+
+
+async def _run_one(call: ToolCallBlock, key: str | None, tools: Mapping[str, Tool], ctx: RunContext) -> ToolExecution:
+    tool = tools.get(call.name)
+    if tool is None:
+        return _error(call, key, f"unknown tool {call.name!r}; available tools: {', '.join(tools) or 'none'}")
+    try:
+        args = tool.parse_args(call.args)
+    except ToolArgumentError as exc:
+        return _error(call, key, str(exc))
+    crash_point("tool.before_invoke")
+    timeout = ctx.config.tool_timeout
+    try:
+        value = await _invoke(tool, call, args, timeout)
+    except TimeoutError:
+        err = ToolTimeoutError(call.name, timeout or 0)
+        log.warning("%s (thread %r, key %r); nothing recorded", err, ctx.thread_id, key)
+        return _error(call, key, f"{type(err).__name__}: {err}", status="timeout")
+    except Exception as exc:  # the model sees the error and can act on it; it is recorded like a result
+        log.info(
+            "tool %r raised %s: %s (thread %r, key %r)",
+            call.name,
+            type(exc).__name__,
+            exc,
+            ctx.thread_id,
+            key,
+        )
+        execution = _error(call, key, f"{type(exc).__name__}: {exc}")
+    else:
+        if isinstance(value, ToolOutput):
+            result = ToolResultBlock(call.id, value.content, value.is_error, "error" if value.is_error else "success")
+            execution = ToolExecution(call, key, result, update=value.update)
+        else:
+            execution = ToolExecution(call, key, ToolResultBlock(call.id, value))
+    crash_point("tool.after_return")
+    if key is None or not ctx.use_ledger:
+        return execution
+    return await _record(execution, key, ctx)
+
+
+async def _record(execution: ToolExecution, key: str, ctx: RunContext) -> ToolExecution:
+    name = execution.call.name
+    try:
+        record = encode_record(execution)
+        dumps(record, f"the result of tool {name!r}")
+    except SerializationError as exc:
+        log.error(
+            "tool %r completed but its result was not recorded in the ledger (key %r, thread %r): %s. "
+            "The call may run again on replay; return JSON values from tools",
+            name,
+            key,
+            ctx.thread_id,
+            exc,
+        )
+        text = f"tool {name!r} returned a value that cannot be stored as JSON: {exc.__cause__ or exc}"
+        return _error(execution.call, key, text)
+    try:
+        crash_point("ledger.write_error")
+        await ctx.checkpointer.aput_tool_result(ctx.thread_id, key, record)
+    except Exception as exc:
+        log.error(
+            "tool %r completed but its result was not recorded in the ledger (key %r, thread %r): %s: %s. "
+            "The call may run again on replay",
+            name,
+            key,
+            ctx.thread_id,
+            type(exc).__name__,
+            exc,
+        )
+        return execution
+    crash_point("tool.after_record")
+    return ToolExecution(execution.call, key, execution.result, execution.update, recorded=True)
+
+
+async def _read_ledger(keys: list[str], calls: dict[str, ToolCallBlock], ctx: RunContext) -> dict[str, JSON]:
+    if not keys:
+        return {}
+    try:
+        crash_point("ledger.read_error")
+        return await ctx.checkpointer.aget_tool_results(ctx.thread_id, keys)
+    except Exception as exc:
+        for key in keys:
+            log.warning(
+                "ledger read failed (%s: %s); running tool %r without replay protection (key %r, thread %r): "
+                "skipping a tool that never ran is worse",
+                type(exc).__name__,
+                exc,
+                calls[key].name,
+                key,
+                ctx.thread_id,
+            )
+        return {}
+
+
+async def _gather(jobs: list[asyncio.Task[ToolExecution]]) -> list[ToolExecution]:
+    """Wait for all calls; if one dies with a BaseException (a crash), stop the others as a dying process would."""
+    try:
+        await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
+        for job in jobs:
+            if job.done() and not job.cancelled() and job.exception() is not None:
+                raise job.exception()  # type: ignore[misc]
+        return [job.result() for job in jobs]
+    finally:
+        pending = [job for job in jobs if not job.done()]
+        for job in pending:
+            job.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+
+async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: RunContext) -> list[ToolExecution]:
+    """Run (or replay) every tool call of *message*; results come back in call order."""
+    calls = message.tool_calls
+    if not calls:
+        return []
+    crash_point("tool.before_ledger_read")
+    keys = [ledger_key(message.message_id, call.id) for call in calls]
+    for call, key in zip(calls, keys, strict=True):
+        if key is None:
+            log.warning(
+                "tool call %r of message %r has no %s: it runs without replay protection (thread %r)",
+                call.name,
+                message.message_id,
+                "tool_call_id" if message.message_id else "message id",
+                ctx.thread_id,
+            )
+    records: Mapping[str, JSON] = {}
+    if ctx.use_ledger:
+        protected = {k: c for k, c in zip(keys, calls, strict=True) if k is not None}
+        records = await _read_ledger(list(dict.fromkeys(protected)), protected, ctx)
+    results: list[ToolExecution | None] = []
+    jobs: list[asyncio.Task[ToolExecution]] = []
+    for call, key in zip(calls, keys, strict=True):
+        record = records.get(key) if key is not None else None
+        if record is not None and key is not None:
+            log.debug("replaying recorded result of tool %r (key %r, thread %r)", call.name, key, ctx.thread_id)
+            results.append(decode_record(call, key, record))
+        else:
+            results.append(None)
+            jobs.append(asyncio.ensure_future(_run_one(call, key, tools, ctx)))
+    ran = iter(await _gather(jobs)) if jobs else iter(())
+    return [r if r is not None else next(ran) for r in results]

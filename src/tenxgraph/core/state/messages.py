@@ -1,0 +1,177 @@
+"""Conversation messages and their content blocks.
+
+Every message has a ``message_id`` generated once, when the message is created, and kept through every
+JSON round trip. The replay-safe tool ledger keys tool calls by ``"{message_id}:{tool_call_id}"``, so the id
+must never be regenerated for a stored message.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from tenxgraph.errors import SerializationError
+
+Role: TypeAlias = Literal["user", "assistant", "system", "tool"]
+ResultStatus: TypeAlias = Literal["success", "error", "timeout", "replayed_error"]
+ROLES: frozenset[str] = frozenset({"user", "assistant", "system", "tool"})
+
+JSON: TypeAlias = Any
+"""A value that ``json.dumps`` accepts and that round-trips through ``json.loads`` unchanged."""
+
+
+def new_id(prefix: str = "msg") -> str:
+    """A fresh, globally unique id."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class TextBlock:
+    text: str
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {"type": "text", "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallBlock:
+    """A tool call the assistant asked for. ``args`` is a dict, or the raw JSON text a provider sent."""
+
+    id: str | None
+    name: str
+    args: dict[str, JSON] | str = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {"type": "tool_call", "id": self.id, "name": self.name, "args": self.args}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultBlock:
+    """The result of one tool call, as the model sees it."""
+
+    call_id: str | None
+    output: JSON
+    is_error: bool = False
+    status: str = "success"
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {
+            "type": "tool_result",
+            "call_id": self.call_id,
+            "output": self.output,
+            "is_error": self.is_error,
+            "status": self.status,
+        }
+
+
+ContentBlock: TypeAlias = TextBlock | ToolCallBlock | ToolResultBlock
+
+
+def block_from_dict(data: dict[str, JSON]) -> ContentBlock:
+    kind = data.get("type")
+    if kind == "text":
+        return TextBlock(text=data["text"])
+    if kind == "tool_call":
+        return ToolCallBlock(id=data.get("id"), name=data["name"], args=data.get("args", {}))
+    if kind == "tool_result":
+        return ToolResultBlock(
+            call_id=data.get("call_id"),
+            output=data.get("output"),
+            is_error=bool(data.get("is_error", False)),
+            status=data.get("status", "success"),
+        )
+    raise SerializationError(f"unknown content block type {kind!r}; expected text, tool_call or tool_result")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a conversation. Immutable: build a new message instead of editing one."""
+
+    role: Role
+    content: tuple[ContentBlock, ...] = ()
+    message_id: str = field(default_factory=new_id)
+    metadata: dict[str, JSON] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"Message role {self.role!r} is invalid; use one of {sorted(ROLES)}")
+        if not isinstance(self.content, tuple):
+            object.__setattr__(self, "content", tuple(self.content))
+        if not self.message_id:
+            raise ValueError("Message.message_id must be a non-empty string (leave it out to generate one)")
+
+    # -- constructors -----------------------------------------------------------------------------------
+    @classmethod
+    def text_message(cls, text: str, role: Role = "user", **kw: Any) -> Message:
+        return cls(role=role, content=(TextBlock(text),), **kw)
+
+    @classmethod
+    def user(cls, text: str, **kw: Any) -> Message:
+        return cls.text_message(text, "user", **kw)
+
+    @classmethod
+    def system(cls, text: str, **kw: Any) -> Message:
+        return cls.text_message(text, "system", **kw)
+
+    @classmethod
+    def assistant(cls, text: str = "", tool_calls: list[ToolCallBlock] | None = None, **kw: Any) -> Message:
+        blocks: list[ContentBlock] = [TextBlock(text)] if text else []
+        blocks.extend(tool_calls or ())
+        return cls(role="assistant", content=tuple(blocks), **kw)
+
+    @classmethod
+    def tool(cls, result: ToolResultBlock, **kw: Any) -> Message:
+        return cls(role="tool", content=(result,), **kw)
+
+    # -- views ------------------------------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_calls(self) -> list[ToolCallBlock]:
+        return [b for b in self.content if isinstance(b, ToolCallBlock)]
+
+    @property
+    def tool_results(self) -> list[ToolResultBlock]:
+        return [b for b in self.content if isinstance(b, ToolResultBlock)]
+
+    # -- JSON -------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, JSON]:
+        data: dict[str, JSON] = {
+            "message_id": self.message_id,
+            "role": self.role,
+            "content": [b.to_dict() for b in self.content],
+        }
+        if self.metadata:
+            data["metadata"] = self.metadata
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, JSON]) -> Message:
+        try:
+            return cls(
+                role=data["role"],
+                content=tuple(block_from_dict(b) for b in data.get("content", ())),
+                message_id=data["message_id"],
+                metadata=dict(data.get("metadata") or {}),
+            )
+        except KeyError as exc:
+            raise SerializationError(f"message data is missing the field {exc.args[0]!r}: {data!r}") from None
+
+    def to_json(self) -> str:
+        return dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> Message:
+        return cls.from_dict(json.loads(text))
+
+
+def dumps(value: JSON, what: str = "value") -> str:
+    """``json.dumps`` that raises a :class:`SerializationError` naming *what* could not be stored."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"{what} is not JSON-serialisable: {exc}") from exc

@@ -1,0 +1,65 @@
+"""Every error the runtime raises on purpose. Each message names the thing at fault and the fix."""
+
+from __future__ import annotations
+
+
+class TenxGraphError(Exception):
+    """Base class of the runtime's own errors."""
+
+
+class ConfigError(TenxGraphError, ValueError):
+    """A run config or constructor argument is invalid."""
+
+
+class GraphBuildError(TenxGraphError, ValueError):
+    """The graph definition is inconsistent (unknown node, no entry point, ...)."""
+
+
+class GraphRecursionError(TenxGraphError, RecursionError):
+    """A run took more steps than its ``recursion_limit``."""
+
+
+class NodeTimeoutError(TenxGraphError, TimeoutError):
+    """A node ran longer than its ``node_timeout``."""
+
+    def __init__(self, node: str, limit: float) -> None:
+        self.node = node
+        self.limit = limit
+        super().__init__(
+            f"node {node!r} did not finish within node_timeout={limit:g}s; raise the limit with "
+            f"config={{'node_timeout': ...}} or disable it with None"
+        )
+
+
+class ToolTimeoutError(TenxGraphError, TimeoutError):
+    """A tool ran longer than its ``tool_timeout``. The model sees it as an error tool result."""
+
+    def __init__(self, tool: str, limit: float) -> None:
+        self.tool = tool
+        self.limit = limit
+        super().__init__(f"tool {tool!r} did not finish within tool_timeout={limit:g}s and was cancelled")
+
+
+class StaleStateError(TenxGraphError):
+    """A versioned state write lost a compare-and-swap: another run wrote the thread first."""
+
+    def __init__(self, thread_id: str, expected: int, actual: int | None) -> None:
+        self.thread_id = thread_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"thread {thread_id!r}: state write expected version {expected} but storage holds version "
+            f"{actual}; another run wrote this thread concurrently. Reload the thread and resume it."
+        )
+
+
+class SerializationError(TenxGraphError, TypeError):
+    """A value that must be stored is not JSON-serialisable."""
+
+
+class UnknownProviderError(TenxGraphError, LookupError):
+    """A model provider name is not registered."""
+
+
+class ProviderUnavailableError(TenxGraphError, ImportError):
+    """A registered model provider cannot be used on this install."""

@@ -1,0 +1,5 @@
+"""Ready-made graphs."""
+
+from tenxgraph.prebuilt.agent import ReactAgent
+
+__all__ = ["ReactAgent"]

@@ -1,0 +1,61 @@
+"""ReactAgent: model node ``MAIN`` and tool node ``TOOL``, looping until the assistant asks for no tool."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from tenxgraph.core.graph.compiled import CompiledGraph
+from tenxgraph.core.graph.state_graph import StateGraph
+from tenxgraph.core.graph.tool_node import ToolNode
+from tenxgraph.core.graph.tools import Tool
+from tenxgraph.core.state.messages import Message
+from tenxgraph.core.state.state import AgentState
+from tenxgraph.errors import TenxGraphError
+from tenxgraph.models.base import ChatModel
+from tenxgraph.models.registry import resolve_model
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.utils.constants import END
+
+S = TypeVar("S", bound=AgentState)
+MAIN = "MAIN"
+TOOL = "TOOL"
+
+
+class ReactAgent(Generic[S]):
+    def __init__(
+        self,
+        model: str | ChatModel,
+        provider: str | None = None,
+        system_prompt: str | Sequence[str] = (),
+        tools: Sequence[Callable[..., Any] | Tool] = (),
+        state_schema: type[S] = AgentState,  # type: ignore[assignment]
+    ) -> None:
+        self.model = resolve_model(model, provider)
+        prompts = [system_prompt] if isinstance(system_prompt, str) else list(system_prompt)
+        self.system_messages = [Message.system(p, message_id=f"system_{i}") for i, p in enumerate(prompts)]
+        self.tool_node = ToolNode(tools)
+        self.state_schema = state_schema
+
+    async def _main(self, state: AgentState) -> dict[str, Any]:
+        reply = await self.model.agenerate([*self.system_messages, *state.messages], self.tool_node.schemas())
+        if not isinstance(reply, Message) or reply.role != "assistant":
+            raise TenxGraphError(f"the model returned {reply!r}; a ChatModel must return an assistant Message")
+        return {"messages": [reply]}
+
+    @staticmethod
+    def _route(state: AgentState) -> str:
+        last = state.last_message
+        return TOOL if last is not None and last.role == "assistant" and last.tool_calls else END
+
+    def graph(self) -> StateGraph[S]:
+        graph: StateGraph[S] = StateGraph(self.state_schema)
+        graph.add_node(MAIN, self._main)
+        graph.add_node(TOOL, self.tool_node)
+        graph.set_entry_point(MAIN)
+        graph.add_conditional_edges(MAIN, self._route)
+        graph.add_edge(TOOL, MAIN)
+        return graph
+
+    def compile(self, checkpointer: BaseCheckpointer | None = None) -> CompiledGraph[S]:
+        return self.graph().compile(checkpointer=checkpointer)

@@ -1,0 +1,155 @@
+"""The checkpointer interface: versioned thread state, an append-only message log, and the tool ledger.
+
+A checkpointer is small on purpose (eight async methods); :mod:`tests.checkpointer_conformance` runs the same
+contract against every implementation. Sync wrappers come for free from this base class.
+
+Contract, for every backend:
+- Values go in and come out as copies (JSON round trip); nothing is shared by reference.
+- ``aput_thread`` is a compare-and-swap on the thread's version: it writes only if the stored version equals
+  ``expected_version`` (0 = the thread does not exist yet), stores ``new_messages`` in the same atomic step,
+  and returns the new version. Otherwise it raises :class:`StaleStateError` and writes nothing.
+- Messages are keyed by ``message_id``: storing a message that is already stored does nothing.
+- The ledger maps ``(thread_id, key)`` to a JSON record; the first write wins and later writes are ignored.
+  ``aget_tool_results`` answers for many keys in one call.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tenxgraph.core.state.messages import JSON, Message, dumps
+from tenxgraph.errors import ConfigError
+from tenxgraph.utils.sync import run_sync
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadSnapshot:
+    """A thread's stored state (every field but ``messages``) and its version."""
+
+    thread_id: str
+    values: dict[str, JSON]
+    version: int
+
+
+def check_thread_id(thread_id: object) -> str:
+    if not isinstance(thread_id, str) or not thread_id:
+        raise ConfigError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    return thread_id
+
+
+def copy_json(value: JSON, what: str) -> JSON:
+    """A deep copy through JSON (so stored data is never shared and is always storable)."""
+    return json.loads(dumps(value, what))
+
+
+class BaseCheckpointer(ABC):
+    """Storage behind a compiled graph. Subclasses implement the ``a*`` methods."""
+
+    #: Short backend name used in logs, reports and the crash matrix.
+    backend_name: str = "base"
+    #: Whether stored data survives the death of the process that wrote it.
+    durable: bool = False
+
+    # -- thread state -----------------------------------------------------------------------------------
+    @abstractmethod
+    async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
+        """The stored state of *thread_id*, or None if the thread does not exist."""
+
+    @abstractmethod
+    async def aput_thread(
+        self,
+        thread_id: str,
+        values: dict[str, JSON],
+        *,
+        expected_version: int,
+        new_messages: Sequence[Message] = (),
+    ) -> int:
+        """Compare-and-swap the thread state and append *new_messages* atomically; return the new version."""
+
+    # -- messages ---------------------------------------------------------------------------------------
+    @abstractmethod
+    async def alist_messages(self, thread_id: str) -> list[Message]:
+        """The thread's messages in the order they were stored."""
+
+    @abstractmethod
+    async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
+        """Store messages outside a state write (already stored ids are skipped; the version is unchanged)."""
+
+    # -- tool ledger ------------------------------------------------------------------------------------
+    @abstractmethod
+    async def aget_tool_results(self, thread_id: str, keys: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        """Records for those of *keys* that have one, in one round trip."""
+
+    @abstractmethod
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        """Store *record* under *key* unless one is stored already (first write wins). True if this call wrote it."""
+
+    @abstractmethod
+    async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
+        """Every ledger record of the thread (for inspection and tests)."""
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    @abstractmethod
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Remove the thread, its messages and its ledger records."""
+
+    async def aclose(self) -> None:
+        """Release connections. The default does nothing."""
+
+    # -- sync wrappers ----------------------------------------------------------------------------------
+    def get_thread(self, thread_id: str) -> ThreadSnapshot | None:
+        return run_sync(self.aget_thread(thread_id))
+
+    def put_thread(
+        self,
+        thread_id: str,
+        values: dict[str, JSON],
+        *,
+        expected_version: int,
+        new_messages: Sequence[Message] = (),
+    ) -> int:
+        return run_sync(
+            self.aput_thread(thread_id, values, expected_version=expected_version, new_messages=new_messages)
+        )
+
+    def list_messages(self, thread_id: str) -> list[Message]:
+        return run_sync(self.alist_messages(thread_id))
+
+    def append_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
+        run_sync(self.aappend_messages(thread_id, messages))
+
+    def get_tool_results(self, thread_id: str, keys: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        return run_sync(self.aget_tool_results(thread_id, keys))
+
+    def put_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        return run_sync(self.aput_tool_result(thread_id, key, record))
+
+    def list_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
+        return run_sync(self.alist_tool_results(thread_id))
+
+    def delete_thread(self, thread_id: str) -> None:
+        run_sync(self.adelete_thread(thread_id))
+
+    def close(self) -> None:
+        run_sync(self.aclose())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def encode_messages(messages: Iterable[Message]) -> list[tuple[str, str]]:
+    """``(message_id, json)`` pairs, raising a clear error for a message that cannot be stored."""
+    return [(m.message_id, dumps(m.to_dict(), f"message {m.message_id}")) for m in messages]
+
+
+def decode_record(text: str | bytes | dict[str, Any]) -> dict[str, JSON]:
+    if isinstance(text, dict):
+        return text
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise TypeError(f"ledger record is not a JSON object: {value!r}")
+    return value

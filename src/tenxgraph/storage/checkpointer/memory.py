@@ -1,0 +1,96 @@
+"""InMemoryCheckpointer: the whole contract, kept in this process (nothing survives it)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+
+from tenxgraph.core.state.messages import JSON, Message, dumps
+from tenxgraph.errors import StaleStateError
+from tenxgraph.storage.checkpointer.base import (
+    BaseCheckpointer,
+    ThreadSnapshot,
+    check_thread_id,
+    decode_record,
+    encode_messages,
+)
+
+
+class InMemoryCheckpointer(BaseCheckpointer):
+    """Stores JSON text, so every read is a fresh copy and every write is checked to be storable."""
+
+    backend_name = "memory"
+    durable = False
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads: dict[str, tuple[int, str]] = {}
+        self._messages: dict[str, dict[str, str]] = {}  # thread -> message_id -> json (insertion ordered)
+        self._ledger: dict[str, dict[str, str]] = {}
+
+    async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
+        with self._lock:
+            row = self._threads.get(check_thread_id(thread_id))
+        if row is None:
+            return None
+        return ThreadSnapshot(thread_id, json.loads(row[1]), row[0])
+
+    async def aput_thread(
+        self,
+        thread_id: str,
+        values: dict[str, JSON],
+        *,
+        expected_version: int,
+        new_messages: Sequence[Message] = (),
+    ) -> int:
+        check_thread_id(thread_id)
+        text = dumps(values, f"state of thread {thread_id!r}")
+        encoded = encode_messages(new_messages)
+        with self._lock:
+            actual = self._threads.get(thread_id, (0, ""))[0]
+            if actual != expected_version:
+                raise StaleStateError(thread_id, expected_version, actual)
+            self._store_messages(thread_id, encoded)
+            self._threads[thread_id] = (actual + 1, text)
+            return actual + 1
+
+    def _store_messages(self, thread_id: str, encoded: list[tuple[str, str]]) -> None:
+        log = self._messages.setdefault(thread_id, {})
+        for message_id, text in encoded:
+            log.setdefault(message_id, text)
+
+    async def alist_messages(self, thread_id: str) -> list[Message]:
+        with self._lock:
+            texts = list(self._messages.get(check_thread_id(thread_id), {}).values())
+        return [Message.from_json(t) for t in texts]
+
+    async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
+        encoded = encode_messages(messages)
+        with self._lock:
+            self._store_messages(check_thread_id(thread_id), encoded)
+
+    async def aget_tool_results(self, thread_id: str, keys: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        with self._lock:
+            ledger = self._ledger.get(check_thread_id(thread_id), {})
+            found = {k: ledger[k] for k in keys if k in ledger}
+        return {k: decode_record(v) for k, v in found.items()}
+
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        text = dumps(record, f"ledger record {key!r}")
+        with self._lock:
+            ledger = self._ledger.setdefault(check_thread_id(thread_id), {})
+            if key in ledger:
+                return False
+            ledger[key] = text
+            return True
+
+    async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
+        with self._lock:
+            items = dict(self._ledger.get(check_thread_id(thread_id), {}))
+        return {k: decode_record(v) for k, v in items.items()}
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        with self._lock:
+            for table in (self._threads, self._messages, self._ledger):
+                table.pop(thread_id, None)

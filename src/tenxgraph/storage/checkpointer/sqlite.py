@@ -1,0 +1,209 @@
+"""SqliteCheckpointer: state, messages and the tool ledger durably in one SQLite file.
+
+- WAL journal with ``synchronous=FULL``: a write is on disk when the call returns, so a ledger record survives
+  a kill -9 of the process right after it.
+- Several processes may share one file: writes take the database lock (``BEGIN IMMEDIATE``) and wait up to
+  ``timeout`` seconds for it; each process (and each forked child) opens its own connection.
+- Calls are short and synchronous under the hood (the file is local); the async methods do not yield while a
+  statement runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from tenxgraph.core.state.messages import JSON, Message, dumps
+from tenxgraph.errors import ConfigError, StaleStateError
+from tenxgraph.storage.checkpointer.base import (
+    BaseCheckpointer,
+    ThreadSnapshot,
+    check_thread_id,
+    decode_record,
+    encode_messages,
+)
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id  TEXT PRIMARY KEY,
+    version    INTEGER NOT NULL,
+    state      TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    thread_id  TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    data       TEXT NOT NULL,
+    UNIQUE (thread_id, message_id)
+);
+CREATE TABLE IF NOT EXISTS tool_executions (
+    thread_id  TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    result     TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (thread_id, key)
+);
+CREATE INDEX IF NOT EXISTS tool_executions_created_at ON tool_executions (created_at);
+"""
+_MAX_VARS = 500  # keys per IN (...) list, well under SQLite's variable limit
+
+
+class SqliteCheckpointer(BaseCheckpointer):
+    backend_name = "sqlite"
+    durable = True
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+        if str(path) in ("", ":memory:"):
+            raise ConfigError(
+                "SqliteCheckpointer needs a file path (a ':memory:' database is not durable); "
+                "use InMemoryCheckpointer for an in-process store"
+            )
+        self.path = Path(path)
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+
+    def __repr__(self) -> str:
+        return f"SqliteCheckpointer({str(self.path)!r})"
+
+    # -- connection -------------------------------------------------------------------------------------
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        # First use, or a forked child: never use the parent's connection (its locks belong to the parent).
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+        with _transaction(conn):
+            if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._connection()
+            with _transaction(conn):
+                yield conn
+
+    def _read(self, sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
+        with self._lock:
+            return self._connection().execute(sql, params).fetchall()
+
+    # -- thread state -----------------------------------------------------------------------------------
+    async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
+        rows = self._read("SELECT version, state FROM threads WHERE thread_id = ?", (check_thread_id(thread_id),))
+        if not rows:
+            return None
+        version, text = rows[0]
+        return ThreadSnapshot(thread_id, decode_record(str(text)), int(version))  # type: ignore[call-overload]
+
+    async def aput_thread(
+        self,
+        thread_id: str,
+        values: dict[str, JSON],
+        *,
+        expected_version: int,
+        new_messages: Sequence[Message] = (),
+    ) -> int:
+        check_thread_id(thread_id)
+        text = dumps(values, f"state of thread {thread_id!r}")
+        encoded = encode_messages(new_messages)
+        with self._tx() as conn:
+            row = conn.execute("SELECT version FROM threads WHERE thread_id = ?", (thread_id,)).fetchone()
+            actual = row[0] if row else 0
+            if actual != expected_version:
+                raise StaleStateError(thread_id, expected_version, actual)
+            conn.execute(
+                "INSERT INTO threads (thread_id, version, state, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (thread_id) DO UPDATE SET version = excluded.version, state = excluded.state, "
+                "updated_at = excluded.updated_at",
+                (thread_id, actual + 1, text, time.time()),
+            )
+            _insert_messages(conn, thread_id, encoded)
+        return int(actual) + 1
+
+    # -- messages ---------------------------------------------------------------------------------------
+    async def alist_messages(self, thread_id: str) -> list[Message]:
+        rows = self._read("SELECT data FROM messages WHERE thread_id = ? ORDER BY seq", (check_thread_id(thread_id),))
+        return [Message.from_json(str(r[0])) for r in rows]
+
+    async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
+        encoded = encode_messages(messages)
+        with self._tx() as conn:
+            _insert_messages(conn, check_thread_id(thread_id), encoded)
+
+    # -- tool ledger ------------------------------------------------------------------------------------
+    async def aget_tool_results(self, thread_id: str, keys: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        check_thread_id(thread_id)
+        found: dict[str, dict[str, JSON]] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), _MAX_VARS):
+            chunk = unique[start : start + _MAX_VARS]
+            marks = ",".join("?" * len(chunk))
+            rows = self._read(
+                f"SELECT key, result FROM tool_executions WHERE thread_id = ? AND key IN ({marks})",
+                (thread_id, *chunk),
+            )
+            found.update((str(k), decode_record(str(v))) for k, v in rows)
+        return found
+
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        text = dumps(record, f"ledger record {key!r}")
+        with self._tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO tool_executions (thread_id, key, result, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (thread_id, key) DO NOTHING",
+                (check_thread_id(thread_id), key, text, time.time()),
+            )
+            return cur.rowcount == 1
+
+    async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
+        rows = self._read(
+            "SELECT key, result FROM tool_executions WHERE thread_id = ? ORDER BY created_at, key",
+            (check_thread_id(thread_id),),
+        )
+        return {str(k): decode_record(str(v)) for k, v in rows}
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        with self._tx() as conn:
+            for table in ("tool_executions", "messages", "threads"):
+                conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+    async def aclose(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _insert_messages(conn: sqlite3.Connection, thread_id: str, encoded: list[tuple[str, str]]) -> None:
+    conn.executemany(
+        "INSERT INTO messages (thread_id, message_id, data) VALUES (?, ?, ?) "
+        "ON CONFLICT (thread_id, message_id) DO NOTHING",
+        [(thread_id, mid, text) for mid, text in encoded],
+    )

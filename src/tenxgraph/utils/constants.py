@@ -1,0 +1,19 @@
+"""Defaults of the runtime. Per-run values come from the run config."""
+
+from __future__ import annotations
+
+from typing import Final
+
+NODE_TIMEOUT: Final[float] = 900
+"""Seconds a node may run before ``NodeTimeoutError``; ``config['node_timeout']`` overrides, None/0 disables."""
+
+TOOL_TIMEOUT: Final[float] = 300
+"""Seconds a tool may run before it is cancelled; ``config['tool_timeout']`` overrides, None/0 disables."""
+
+RECURSION_LIMIT: Final[int] = 25
+"""Nodes one invocation may run before ``GraphRecursionError``; ``config['recursion_limit']`` overrides."""
+
+START: Final[str] = "__start__"
+END: Final[str] = "__end__"
+
+LOGGER_NAME: Final[str] = "tenxgraph"

@@ -1,0 +1,64 @@
+"""Sync wrappers over the async core.
+
+Every sync entry point (``CompiledGraph.invoke``, ``checkpointer.get_thread`` ...) runs its coroutine on one
+background event loop per process. One loop (rather than ``asyncio.run`` per call) matters for resources bound
+to a loop, such as a psycopg connection pool: opened through a sync call, it is always used on the same loop.
+The loop is recreated in a forked child, whose copy of the parent's loop thread does not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _start_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="tenxgraph-sync", daemon=True)
+            thread.start()
+            _loop = loop
+        return _loop
+
+
+def _forget_loop_after_fork() -> None:
+    global _loop, _lock
+    _loop = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loop_after_fork)
+
+
+def sync_loop() -> asyncio.AbstractEventLoop:
+    """The background loop the sync wrappers use (started on first use)."""
+    return _loop if _loop is not None and not _loop.is_closed() else _start_loop()
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run *coro* to completion on the background loop and return its result (or raise its exception)."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    loop = sync_loop()
+    if running is loop:
+        coro.close()
+        raise RuntimeError("a sync tenxgraph method was called from inside its own loop; await the a* method")
+    if running is not None:
+        coro.close()
+        raise RuntimeError(
+            "a sync tenxgraph method was called from inside a running event loop, which it would block; "
+            "await the async variant instead (ainvoke, aget_thread, ...)"
+        )
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()

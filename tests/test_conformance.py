@@ -1,0 +1,25 @@
+"""The shared checkpointer contract, run against every backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_replaysafe.conformance import CheckpointerConformance
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
+
+
+class TestInMemory(CheckpointerConformance):
+    @pytest.fixture
+    def checkpointer(self) -> InMemoryCheckpointer:
+        return InMemoryCheckpointer()
+
+
+class TestSqlite(CheckpointerConformance):
+    @pytest.fixture
+    def checkpointer(self, tmp_path: Path) -> Iterator[SqliteCheckpointer]:
+        cp = SqliteCheckpointer(tmp_path / "state.db")
+        yield cp
+        cp.close()
