@@ -1,0 +1,66 @@
+"""SqliteCheckpointer specifics: several processes on one file, durability across reopen, bad paths."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from tenxgraph.errors import ConfigError, StaleStateError
+from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+KEYS = [f"m:call_{i}" for i in range(40)]
+
+
+def _writer(path: str, worker: int, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    cp = SqliteCheckpointer(path)
+    wins = [key for key in KEYS if cp.put_tool_result("t", key, {"worker": worker})]
+    cas_wins = 0
+    for _ in range(20):
+        snap = cp.get_thread("t")
+        version = snap.version if snap else 0
+        try:
+            cp.put_thread("t", {"last": worker}, expected_version=version)
+            cas_wins += 1
+        except StaleStateError:
+            pass
+    results.put((worker, wins, cas_wins))
+    cp.close()
+
+
+def test_several_processes_share_one_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(path, w, results)) for w in range(4)]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    winners = [key for _, wins, _ in outcomes for key in wins]
+    assert sorted(winners) == sorted(KEYS)  # every key written exactly once across processes
+    records = SqliteCheckpointer(path).list_tool_results("t")
+    by_worker = {w: set(wins) for w, wins, _ in outcomes}
+    assert all(key in by_worker[records[key]["worker"]] for key in KEYS)  # the stored record is the winner's
+    snap = SqliteCheckpointer(path).get_thread("t")
+    assert snap is not None and snap.version == sum(c for _, _, c in outcomes)  # no lost or doubled CAS write
+
+
+def test_data_survives_reopening_the_file(tmp_path: Path) -> None:
+    cp = SqliteCheckpointer(tmp_path / "a.db")
+    cp.put_thread("t", {"x": 1}, expected_version=0)
+    cp.put_tool_result("t", "m:c", {"output": "done"})
+    cp.close()
+    again = SqliteCheckpointer(tmp_path / "a.db")
+    assert again.get_tool_results("t", ["m:c"]) == {"m:c": {"output": "done"}}
+    snap = again.get_thread("t")
+    assert snap is not None and snap.version == 1
+
+
+@pytest.mark.parametrize("path", ["", ":memory:"])
+def test_non_durable_paths_are_rejected(path: str) -> None:
+    with pytest.raises(ConfigError, match="needs a file path"):
+        SqliteCheckpointer(path)
