@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/python -m examples.demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -p no:cacheprovider
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples

@@ -16,12 +16,16 @@ def _disarm_crash_points() -> Iterator[None]:
     crashpoints.reset()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "postgres+redis"])
 def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseCheckpointer]:
-    """The embedded backends (PostgreSQL runs its own copies of these tests)."""
+    """Every backend; the PostgreSQL ones skip (or fail in CI) without a server."""
     if request.param == "memory":
         yield InMemoryCheckpointer()
-        return
-    cp = SqliteCheckpointer(tmp_path / "state.db")
-    yield cp
-    cp.close()
+    elif request.param == "sqlite":
+        cp = SqliteCheckpointer(tmp_path / "state.db")
+        yield cp
+        cp.close()
+    elif request.param == "postgres":
+        yield request.getfixturevalue("pg_checkpointer")
+    else:
+        yield request.getfixturevalue("pg_redis_checkpointer")

@@ -9,6 +9,7 @@ import pytest
 
 from pytest_replaysafe.conformance import CheckpointerConformance
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
+from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 
 
 class TestInMemory(CheckpointerConformance):
@@ -23,3 +24,15 @@ class TestSqlite(CheckpointerConformance):
         cp = SqliteCheckpointer(tmp_path / "state.db")
         yield cp
         cp.close()
+
+
+class TestPostgres(CheckpointerConformance):
+    @pytest.fixture
+    def checkpointer(self, pg_checkpointer: PgCheckpointer) -> PgCheckpointer:
+        return pg_checkpointer
+
+
+class TestPostgresWithRedis(CheckpointerConformance):
+    @pytest.fixture
+    def checkpointer(self, pg_redis_checkpointer: PgCheckpointer) -> PgCheckpointer:
+        return pg_redis_checkpointer

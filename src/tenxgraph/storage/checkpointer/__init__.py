@@ -8,7 +8,7 @@ from tenxgraph.storage.checkpointer.base import BaseCheckpointer, ThreadSnapshot
 from tenxgraph.storage.checkpointer.memory import InMemoryCheckpointer
 
 if TYPE_CHECKING:
-    from tenxgraph.storage.checkpointer.pg import PgCheckpointer  # type: ignore[import-not-found]
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
     from tenxgraph.storage.checkpointer.sqlite import SqliteCheckpointer
 
 __all__ = [

@@ -1,0 +1,486 @@
+"""PgCheckpointer: PostgreSQL is the source of truth; Redis (optional) caches the latest state, guarded by version.
+
+::
+
+    checkpointer = PgCheckpointer(postgres_dsn="postgresql://user:password@db/tenxgraph", redis_url="redis://redis:6379/0")
+
+Schema (created by :meth:`setup`, idempotent, under an advisory lock): ``threads`` (state JSONB and its per-thread
+``version``), ``messages``, ``tool_executions`` (the ledger: ``(thread_id, key)`` primary key, key TEXT never
+truncated, result JSONB, ``created_at`` indexed for pruning) and ``schema_version``.
+
+Round trips: a ledger write is one ``INSERT ... ON CONFLICT DO NOTHING``; a node's ledger read is one
+``SELECT ... key = ANY(...)``; a state write is one statement (compare-and-swap plus the new messages, in CTEs).
+Dropped connections are retried with bounded backoff; a retried state write whose first attempt may have
+committed is recognised as ours instead of being reported stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tenxgraph.core.state.messages import JSON, Message, dumps
+from tenxgraph.errors import ConfigError, StaleStateError
+from tenxgraph.storage.checkpointer.base import (
+    BaseCheckpointer,
+    ThreadSnapshot,
+    check_thread_id,
+    encode_messages,
+)
+from tenxgraph.utils.constants import LOGGER_NAME
+
+_EXTRA_HINT = 'PgCheckpointer needs the pg_checkpoint extra: pip install "10xgraph[pg_checkpoint]"'
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg_pool import AsyncConnectionPool
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise ImportError(f"{_EXTRA_HINT} ({exc})") from exc
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+log = logging.getLogger(LOGGER_NAME)
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE IF NOT EXISTS {schema}.threads (
+            thread_id  TEXT PRIMARY KEY,
+            version    BIGINT NOT NULL,
+            state      JSONB NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+        )""",
+        """CREATE TABLE IF NOT EXISTS {schema}.messages (
+            thread_id  TEXT NOT NULL,
+            message_id TEXT NOT NULL,
+            seq        BIGSERIAL NOT NULL,
+            data       JSONB NOT NULL,
+            PRIMARY KEY (thread_id, message_id)
+        )""",
+        "CREATE INDEX IF NOT EXISTS messages_thread_seq ON {schema}.messages (thread_id, seq)",
+        """CREATE TABLE IF NOT EXISTS {schema}.tool_executions (
+            thread_id  TEXT NOT NULL,
+            key        TEXT NOT NULL,
+            result     JSONB NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            PRIMARY KEY (thread_id, key)
+        )""",
+        "CREATE INDEX IF NOT EXISTS tool_executions_created_at ON {schema}.tool_executions (created_at)",
+    ],
+}
+
+# Refuse a cache write unless it is newer than what the cache holds (a stale run cannot regress the cache).
+_CACHE_PUT = """
+local current = redis.call('HGET', KEYS[1], 'version')
+if current and tonumber(current) >= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'state', ARGV[2])
+if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
+return 1
+"""
+
+
+def validate_identifier(name: str, what: str = "schema") -> str:
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+        raise ConfigError(
+            f"{what} {name!r} is not a valid PostgreSQL identifier: use 1-63 letters, digits or '_', "
+            "not starting with a digit"
+        )
+    return name
+
+
+class PgCheckpointer(BaseCheckpointer):
+    backend_name = "postgres"
+    durable = True
+
+    def __init__(
+        self,
+        postgres_dsn: str | None = None,
+        redis_url: str | None = None,
+        *,
+        pool: AsyncConnectionPool | None = None,
+        redis: aioredis.Redis | None = None,
+        schema: str = "public",
+        cache_ttl: int = 3600,
+        max_pool_size: int = 10,
+        retries: int = 3,
+        auto_setup: bool = True,
+    ) -> None:
+        if (postgres_dsn is None) == (pool is None):
+            raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pool=")
+        if redis_url is not None and redis is not None:
+            raise ConfigError("pass redis_url= or redis=, not both")
+        if isinstance(cache_ttl, bool) or not isinstance(cache_ttl, int) or cache_ttl < 0:
+            raise ConfigError(f"cache_ttl must be a whole number of seconds >= 0 (0 = no expiry), got {cache_ttl!r}")
+        self.schema = validate_identifier(schema)
+        self.postgres_dsn = postgres_dsn
+        self.redis_url = redis_url
+        self.cache_ttl = cache_ttl
+        self.max_pool_size = max_pool_size
+        self.retries = retries
+        self.auto_setup = auto_setup
+        self._user_pool = pool
+        self._user_redis = redis
+        self._pool: AsyncConnectionPool | None = pool
+        self._redis: aioredis.Redis | None = redis
+        self._cache_script: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = os.getpid()
+        self._ready = False
+        self._open_lock: asyncio.Lock | None = None
+        self._cache_tasks: set[asyncio.Task[bool]] = set()
+        self._q = {name: sql.SQL(text).format(schema=sql.Identifier(self.schema)) for name, text in _QUERIES.items()}
+
+    def __repr__(self) -> str:
+        cache = " +redis" if (self.redis_url or self._user_redis) else ""
+        return f"PgCheckpointer(schema={self.schema!r}{cache})"
+
+    @property
+    def has_cache(self) -> bool:
+        return self.redis_url is not None or self._user_redis is not None
+
+    # -- connections ------------------------------------------------------------------------------------
+    async def _ensure_open(self) -> AsyncConnectionPool:
+        loop = asyncio.get_running_loop()
+        if self._pid != os.getpid():  # a forked child never uses the parent's sockets
+            self._pid, self._loop, self._ready, self._open_lock = os.getpid(), None, False, None
+            self._pool = self._user_pool if self.postgres_dsn is None else None
+            self._redis, self._cache_script = self._user_redis if self.redis_url is None else None, None
+        if self._loop is not None and self._loop is not loop and self.postgres_dsn is not None:
+            raise ConfigError(
+                "this PgCheckpointer's connection pool belongs to another event loop; use either its async methods "
+                "from one loop or its sync methods (invoke, get_thread ...), not both"
+            )
+        if self._ready and self._pool is not None:
+            return self._pool
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._pool is None:
+                self._pool = AsyncConnectionPool(
+                    self.postgres_dsn or "",
+                    min_size=1,
+                    max_size=self.max_pool_size,
+                    open=False,
+                    kwargs={"autocommit": True},
+                    name=f"tenxgraph-{self.schema}",
+                )
+                await self._pool.open(wait=True, timeout=30)
+            self._loop = loop
+            if self.auto_setup and not self._ready:
+                await self._setup(self._pool)
+            self._ready = True
+        return self._pool
+
+    async def _retrying(self, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+        pool = await self._ensure_open()
+        delay = 0.05
+        for attempt in range(self.retries + 1):
+            try:
+                async with pool.connection() as conn:
+                    return await op(conn)
+            except psycopg.OperationalError as exc:
+                if attempt == self.retries:
+                    raise
+                log.warning(
+                    "PostgreSQL %s failed (%s: %s); retrying in %.2fs (attempt %d of %d)",
+                    what,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                    attempt + 1,
+                    self.retries,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 4, 1.0)
+        raise AssertionError("unreachable")
+
+    async def asetup(self) -> None:
+        """Create or migrate the schema. Idempotent; safe to call from several processes at once."""
+        await self._ensure_open()
+        if not self.auto_setup:
+            await self._setup(self._pool)  # type: ignore[arg-type]
+
+    def setup(self) -> None:
+        from tenxgraph.utils.sync import run_sync
+
+        run_sync(self.asetup())
+
+    async def _setup(self, pool: AsyncConnectionPool) -> None:
+        schema = sql.Identifier(self.schema)
+        lock_key = f"tenxgraph-schema:{self.schema}"
+        async with pool.connection() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock_key,))
+            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+            await conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {}.schema_version "
+                    "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ).format(schema)
+            )
+            cur = await conn.execute(sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version").format(schema))
+            row = await cur.fetchone()
+            current = int(row[0]) if row else 0
+            if current > SCHEMA_VERSION:
+                raise ConfigError(
+                    f"schema {self.schema!r} is at version {current}, newer than this 10xgraph ({SCHEMA_VERSION}); "
+                    "upgrade 10xgraph"
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version]:
+                    await conn.execute(sql.SQL(statement).format(schema=schema))
+                await conn.execute(
+                    sql.SQL("INSERT INTO {}.schema_version (version) VALUES (%s)").format(schema), (version,)
+                )
+
+    # -- thread state -----------------------------------------------------------------------------------
+    async def _fetch_thread(self, thread_id: str) -> ThreadSnapshot | None:
+        async def op(conn: psycopg.AsyncConnection[Any]) -> ThreadSnapshot | None:
+            cur = await conn.execute(self._q["get_thread"], (thread_id,))
+            row = await cur.fetchone()
+            return None if row is None else ThreadSnapshot(thread_id, row[1], int(row[0]))
+
+        return await self._retrying("state read", op)
+
+    async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
+        """The thread's state from PostgreSQL, the source of truth (the run loop resumes from this)."""
+        return await self._fetch_thread(check_thread_id(thread_id))
+
+    async def aget_cached_thread(self, thread_id: str) -> ThreadSnapshot | None:
+        """The latest state from the Redis cache, falling back to PostgreSQL. For readers (UIs), never for resuming."""
+        check_thread_id(thread_id)
+        client = await self._cache()
+        if client is not None:
+            try:
+                data = await client.hgetall(self._cache_key(thread_id))
+                if data:
+                    import json
+
+                    return ThreadSnapshot(thread_id, json.loads(data[b"state"]), int(data[b"version"]))
+            except Exception as exc:
+                log.warning("Redis cache read for thread %r failed (%s); reading PostgreSQL", thread_id, exc)
+        return await self._fetch_thread(thread_id)
+
+    async def aput_thread(
+        self,
+        thread_id: str,
+        values: dict[str, JSON],
+        *,
+        expected_version: int,
+        new_messages: Sequence[Message] = (),
+    ) -> int:
+        check_thread_id(thread_id)
+        text = dumps(values, f"state of thread {thread_id!r}")
+        encoded = encode_messages(new_messages)
+        ids = [mid for mid, _ in encoded]
+        datas = [data for _, data in encoded]
+        params: tuple[object, ...]
+        if expected_version == 0:
+            query, params = self._q["create_thread"], (thread_id, text, thread_id, ids, datas)
+        else:
+            query, params = self._q["update_thread"], (text, thread_id, expected_version, thread_id, ids, datas)
+        attempts = 0
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> int:
+            nonlocal attempts
+            attempts += 1
+            cur = await conn.execute(query, params)
+            row = await cur.fetchone()
+            if row is not None:
+                return int(row[0])
+            cur = await conn.execute(self._q["get_thread"], (thread_id,))
+            stored = await cur.fetchone()
+            actual = int(stored[0]) if stored else 0
+            if attempts > 1 and actual == expected_version + 1 and stored is not None and stored[1] == values:
+                return actual  # the attempt that lost its connection had committed: this write is ours
+            raise StaleStateError(thread_id, expected_version, actual)
+
+        version = await self._retrying("state write", op)
+        if self.has_cache:
+            self._cache_in_background(thread_id, version, text)
+        return version
+
+    # -- messages ---------------------------------------------------------------------------------------
+    async def alist_messages(self, thread_id: str) -> list[Message]:
+        check_thread_id(thread_id)
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Message]:
+            cur = await conn.execute(self._q["list_messages"], (thread_id,))
+            return [Message.from_dict(row[0]) for row in await cur.fetchall()]
+
+        return await self._retrying("message read", op)
+
+    async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
+        check_thread_id(thread_id)
+        encoded = encode_messages(messages)
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> None:
+            await conn.execute(
+                self._q["append_messages"], (thread_id, [m for m, _ in encoded], [d for _, d in encoded])
+            )
+
+        await self._retrying("message write", op)
+
+    # -- tool ledger ------------------------------------------------------------------------------------
+    async def aget_tool_results(self, thread_id: str, keys: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        check_thread_id(thread_id)
+        if not keys:
+            return {}
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> dict[str, dict[str, JSON]]:
+            cur = await conn.execute(self._q["get_results"], (thread_id, list(keys)))
+            return {row[0]: row[1] for row in await cur.fetchall()}
+
+        return await self._retrying("ledger read", op)
+
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        check_thread_id(thread_id)
+        text = dumps(record, f"ledger record {key!r}")
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(self._q["put_result"], (thread_id, key, text))
+            return cur.rowcount == 1
+
+        return await self._retrying("ledger write", op)  # idempotent: a retry cannot write twice
+
+    async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
+        check_thread_id(thread_id)
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> dict[str, dict[str, JSON]]:
+            cur = await conn.execute(self._q["list_results"], (thread_id,))
+            return {row[0]: row[1] for row in await cur.fetchall()}
+
+        return await self._retrying("ledger read", op)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        check_thread_id(thread_id)
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> None:
+            async with conn.transaction():
+                for name in ("delete_results", "delete_messages", "delete_thread"):
+                    await conn.execute(self._q[name], (thread_id,))
+
+        await self._retrying("thread delete", op)
+        client = await self._cache()
+        if client is not None:
+            try:
+                await client.delete(self._cache_key(thread_id))
+            except Exception as exc:
+                log.warning("Redis cache delete for thread %r failed: %s", thread_id, exc)
+
+    # -- Redis cache ------------------------------------------------------------------------------------
+    def _cache_key(self, thread_id: str) -> str:
+        return f"tenxgraph:{self.schema}:thread:{thread_id}"
+
+    async def _cache(self) -> aioredis.Redis | None:
+        if not self.has_cache:
+            return None
+        if self._redis is None:
+            try:
+                import redis.asyncio as aioredis
+            except ImportError as exc:
+                raise ImportError(f"the Redis cache needs the pg_checkpoint extra: {_EXTRA_HINT} ({exc})") from exc
+            self._redis = aioredis.from_url(
+                self.redis_url or "", socket_connect_timeout=0.5, socket_timeout=0.5, health_check_interval=30
+            )
+        if self._cache_script is None:
+            self._cache_script = self._redis.register_script(_CACHE_PUT)
+        return self._redis
+
+    async def acache_put(self, thread_id: str, version: int, state_json: str) -> bool:
+        """Write the cache if *version* is newer than the cached one (atomic). False if refused or Redis is down."""
+        try:
+            client = await self._cache()
+            if client is None:
+                return False
+            written = await self._cache_script(
+                keys=[self._cache_key(thread_id)], args=[version, state_json, self.cache_ttl], client=client
+            )
+            return bool(written)
+        except Exception as exc:
+            log.warning("Redis cache write for thread %r (version %d) failed: %s", thread_id, version, exc)
+            return False
+
+    def _cache_in_background(self, thread_id: str, version: int, text: str) -> None:
+        # Off the critical path: the version guard makes out-of-order completion harmless.
+        task = asyncio.get_running_loop().create_task(self.acache_put(thread_id, version, text))
+        self._cache_tasks.add(task)
+        task.add_done_callback(self._cache_tasks.discard)
+
+    async def aflush_cache_writes(self) -> None:
+        """Wait for pending background cache writes (tests and shutdown)."""
+        while self._cache_tasks:
+            await asyncio.gather(*list(self._cache_tasks))
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        if self._pid != os.getpid():
+            return
+        await self.aflush_cache_writes()
+        if self._pool is not None and self._user_pool is None:
+            await self._pool.close()
+            self._pool = None
+        if self._redis is not None and self._user_redis is None:
+            await self._redis.aclose()
+            self._redis, self._cache_script = None, None
+        self._ready, self._loop, self._open_lock = False, None, None
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection (for tests and maintenance)."""
+        pool = await self._ensure_open()
+        async with pool.connection() as conn:
+            yield conn
+
+
+_QUERIES = {
+    "get_thread": "SELECT version, state FROM {schema}.threads WHERE thread_id = %s",
+    # CAS + messages in one statement; the messages CTE reads from the write, so a lost CAS stores nothing.
+    "create_thread": """
+        WITH w AS (
+            INSERT INTO {schema}.threads (thread_id, version, state)
+            VALUES (%s, 1, %s::text::jsonb)
+            ON CONFLICT (thread_id) DO NOTHING
+            RETURNING version
+        ), m AS (
+            INSERT INTO {schema}.messages (thread_id, message_id, data)
+            SELECT %s, u.id, u.data::jsonb FROM w, unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(id, data, n)
+            ORDER BY u.n
+            ON CONFLICT (thread_id, message_id) DO NOTHING
+        )
+        SELECT version FROM w""",
+    "update_thread": """
+        WITH w AS (
+            UPDATE {schema}.threads SET version = version + 1, state = %s::text::jsonb, updated_at = now()
+            WHERE thread_id = %s AND version = %s
+            RETURNING version
+        ), m AS (
+            INSERT INTO {schema}.messages (thread_id, message_id, data)
+            SELECT %s, u.id, u.data::jsonb FROM w, unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(id, data, n)
+            ORDER BY u.n
+            ON CONFLICT (thread_id, message_id) DO NOTHING
+        )
+        SELECT version FROM w""",
+    "list_messages": "SELECT data FROM {schema}.messages WHERE thread_id = %s ORDER BY seq",
+    "append_messages": """
+        INSERT INTO {schema}.messages (thread_id, message_id, data)
+        SELECT %s, u.id, u.data::jsonb FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(id, data, n)
+        ORDER BY u.n
+        ON CONFLICT (thread_id, message_id) DO NOTHING""",
+    "get_results": "SELECT key, result FROM {schema}.tool_executions WHERE thread_id = %s AND key = ANY(%s)",
+    "put_result": """
+        INSERT INTO {schema}.tool_executions (thread_id, key, result) VALUES (%s, %s, %s::text::jsonb)
+        ON CONFLICT (thread_id, key) DO NOTHING""",
+    "list_results": "SELECT key, result FROM {schema}.tool_executions WHERE thread_id = %s ORDER BY created_at, key",
+    "delete_results": "DELETE FROM {schema}.tool_executions WHERE thread_id = %s",
+    "delete_messages": "DELETE FROM {schema}.messages WHERE thread_id = %s",
+    "delete_thread": "DELETE FROM {schema}.threads WHERE thread_id = %s",
+}
