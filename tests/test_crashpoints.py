@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import pytest_replaysafe.effects  # noqa: F401 - declares tool.in_flight
 import tenxgraph
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected, InjectedFault

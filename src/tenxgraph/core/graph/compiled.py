@@ -97,6 +97,13 @@ class CompiledGraph(Generic[S]):
         self._async_nodes = {name: _is_async(fn) for name, fn in self.nodes.items()}
         self._fields = set(self.state_schema.field_names()) - {"meta"}
 
+    def copy(self, checkpointer: BaseCheckpointer | None = None) -> CompiledGraph[S]:
+        """A new graph object with the same nodes and edges, over *checkpointer* (default: the same one)."""
+        clone = object.__new__(CompiledGraph)
+        clone.__dict__.update(self.__dict__)
+        clone.checkpointer = checkpointer if checkpointer is not None else self.checkpointer
+        return clone
+
     # -- public API -------------------------------------------------------------------------------------
     async def ainvoke(self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> RunResult[S]:
         """Run the thread to the end: start it, continue it with new input, or resume an interrupted run."""

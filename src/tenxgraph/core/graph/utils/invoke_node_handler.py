@@ -21,9 +21,10 @@ recorded and may run again on replay, and the run continues.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tenxgraph.core.crashpoints import crash_point, declare
@@ -43,6 +44,43 @@ declare("tool.before_invoke", "ledger miss; the tool is about to run")
 declare("tool.after_return", "the tool returned; its record is not written yet")
 declare("ledger.write_error", "writing the ledger record fails (fault point)", kind="fault")
 declare("tool.after_record", "the record is written; the node has not completed")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallInfo:
+    """The tool call being executed: what a tool body (or an observer) may know about itself."""
+
+    thread_id: str
+    message_id: str
+    call_id: str | None
+    tool: str
+    index: int
+    key: str | None
+    use_ledger: bool
+
+    @property
+    def execution_id(self) -> str:
+        """The ledger key, or (unprotected call) a stand-in that is still stable across replays of the message."""
+        return self.key or f"unkeyed:{self.message_id}:{self.index}:{self.tool}"
+
+
+ToolObserver = Callable[[ToolCallInfo, str], None]
+"""Called with the call and an event: ``"start"`` (the body is about to run) or ``"timeout"`` (it was cancelled)."""
+_observers: list[ToolObserver] = []
+_current_call: contextvars.ContextVar[ToolCallInfo | None] = contextvars.ContextVar("tenxgraph_tool", default=None)
+
+
+def current_tool_call() -> ToolCallInfo | None:
+    """Inside a tool body: the call being executed (thread, message id, tool_call_id, ledger key)."""
+    return _current_call.get()
+
+
+def add_tool_observer(observer: ToolObserver) -> Callable[[], None]:
+    """Call *observer* when a tool body is about to run (not on replays) and when one times out.
+
+    Returns a function that removes it. Instrumentation for test harnesses; observers must be quick."""
+    _observers.append(observer)
+    return lambda: _observers.remove(observer) if observer in _observers else None
 
 
 def ledger_key(message_id: str | None, tool_call_id: str | None) -> str | None:
@@ -102,14 +140,37 @@ def _error(call: ToolCallBlock, key: str | None, text: str, status: str = "error
     return ToolExecution(call, key, ToolResultBlock(call.id, text, is_error=True, status=status))
 
 
-async def _invoke(tool: Tool, call: ToolCallBlock, args: dict[str, JSON], timeout: float | None) -> JSON:
+async def _invoke(tool: Tool, info: ToolCallInfo, args: dict[str, JSON], timeout: float | None) -> JSON:
+    for observer in _observers:
+        observer(info, "start")
+    try:
+        return await _call(tool, args, timeout)
+    except TimeoutError:
+        for observer in _observers:
+            observer(info, "timeout")
+        raise
+
+
+async def _call(tool: Tool, args: dict[str, JSON], timeout: float | None) -> JSON:
     if tool.is_async:
         return await asyncio.wait_for(tool.fn(**args), timeout)
     # Sync tools run off the event loop. A timed-out thread cannot be stopped; its result is discarded.
     return await asyncio.wait_for(asyncio.to_thread(tool.fn, **args), timeout)
 
 
-async def _run_one(call: ToolCallBlock, key: str | None, tools: Mapping[str, Tool], ctx: RunContext) -> ToolExecution:
+async def _run_one(
+    call: ToolCallBlock, key: str | None, tools: Mapping[str, Tool], ctx: RunContext, info: ToolCallInfo
+) -> ToolExecution:
+    token = _current_call.set(info)  # visible to the tool body and to crash points of this call
+    try:
+        return await _execute(call, key, tools, ctx, info)
+    finally:
+        _current_call.reset(token)
+
+
+async def _execute(
+    call: ToolCallBlock, key: str | None, tools: Mapping[str, Tool], ctx: RunContext, info: ToolCallInfo
+) -> ToolExecution:
     tool = tools.get(call.name)
     if tool is None:
         return _error(call, key, f"unknown tool {call.name!r}; available tools: {', '.join(tools) or 'none'}")
@@ -120,7 +181,7 @@ async def _run_one(call: ToolCallBlock, key: str | None, tools: Mapping[str, Too
     crash_point("tool.before_invoke")
     timeout = ctx.config.tool_timeout
     try:
-        value = await _invoke(tool, call, args, timeout)
+        value = await _invoke(tool, info, args, timeout)
     except TimeoutError:
         err = ToolTimeoutError(call.name, timeout or 0)
         log.warning("%s (thread %r, key %r); nothing recorded", err, ctx.thread_id, key)
@@ -239,13 +300,14 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
         records = await _read_ledger(list(dict.fromkeys(protected)), protected, ctx)
     results: list[ToolExecution | None] = []
     jobs: list[asyncio.Task[ToolExecution]] = []
-    for call, key in zip(calls, keys, strict=True):
+    for index, (call, key) in enumerate(zip(calls, keys, strict=True)):
         record = records.get(key) if key is not None else None
         if record is not None and key is not None:
             log.debug("replaying recorded result of tool %r (key %r, thread %r)", call.name, key, ctx.thread_id)
             results.append(decode_record(call, key, record))
         else:
             results.append(None)
-            jobs.append(asyncio.ensure_future(_run_one(call, key, tools, ctx)))
+            info = ToolCallInfo(ctx.thread_id, message.message_id, call.id, call.name, index, key, ctx.use_ledger)
+            jobs.append(asyncio.ensure_future(_run_one(call, key, tools, ctx, info)))
     ran = iter(await _gather(jobs)) if jobs else iter(())
     return [r if r is not None else next(ran) for r in results]

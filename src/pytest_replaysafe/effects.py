@@ -1,0 +1,87 @@
+"""A side-effect provider simulator: durable, countable effects that honour idempotency keys like a payment API.
+
+Tools call ``effects.apply("refund", {"order": "1042"}, idempotency_key=...)``. The effect is stored in a SQLite file
+(so it survives a kill -9 and is visible to every process of the cell). A key seen before returns the first result
+without applying the effect again. Right after an effect is applied, the crash point ``tool.in_flight`` fires: the
+effect is done, the tool has not returned.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from tenxgraph.core.crashpoints import crash_point, declare
+from tenxgraph.core.graph.utils.invoke_node_handler import current_tool_call
+
+declare("tool.in_flight", "the effects simulator applied a side effect; the tool has not returned")
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS effects (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    idempotency_key TEXT UNIQUE,
+    execution_id TEXT,
+    thread_id TEXT
+)"""
+
+
+class Effects:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        with self._connect() as conn:
+            conn.execute(_SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+    def apply(self, kind: str, payload: Any = None, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Apply an effect; with a known *idempotency_key*, return the first result and apply nothing."""
+        call = current_tool_call()
+        text = json.dumps(payload, sort_keys=True)
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            if idempotency_key is not None:
+                row = conn.execute("SELECT seq FROM effects WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
+                if row is not None:
+                    conn.execute("COMMIT")
+                    return {"effect_id": f"E-{row[0]}", "applied": False}
+            cur = conn.execute(
+                "INSERT INTO effects (kind, payload, idempotency_key, execution_id, thread_id) VALUES (?, ?, ?, ?, ?)",
+                (kind, text, idempotency_key, call.execution_id if call else None, call.thread_id if call else None),
+            )
+            conn.execute("COMMIT")
+            effect_id = f"E-{cur.lastrowid}"
+        finally:
+            conn.close()
+        crash_point("tool.in_flight")
+        return {"effect_id": effect_id, "applied": True}
+
+    def applied(self, kind: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
+        """Every applied effect, oldest first."""
+        sql = "SELECT kind, payload, idempotency_key, execution_id, thread_id FROM effects WHERE 1=1"
+        params: list[Any] = []
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        if thread_id is not None:
+            sql += " AND thread_id = ?"
+            params.append(thread_id)
+        conn = self._connect()
+        try:
+            rows = conn.execute(sql + " ORDER BY seq", params).fetchall()
+        finally:
+            conn.close()
+        return [
+            {"kind": k, "payload": json.loads(p), "idempotency_key": i, "execution_id": e, "thread_id": t}
+            for k, p, i, e, t in rows
+        ]
+
+    def count(self, kind: str | None = None, thread_id: str | None = None) -> int:
+        return len(self.applied(kind, thread_id))

@@ -1,0 +1,338 @@
+"""CrashRun: run a test's agent clean, then crash it at every hit of the cell's point, resume it, and judge.
+
+Modes:
+- ``inprocess``: the crash raises ``CrashInjected``; the run resumes in the same process with a new graph object.
+- ``sigkill``: a forked child (warm: it shares the parent's imports and objects) runs the agent and is killed with
+  SIGKILL at the point, after writing an fsynced marker; the parent, a different process, resumes the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_replaysafe.checker import FAILING, CellResult, ExecutionLog, HitEvidence, result_problems, verdict
+from pytest_replaysafe.gaps import GapRule, point_gap
+from pytest_replaysafe.matrix import Cell
+from tenxgraph.core import crashpoints
+from tenxgraph.core.crashpoints import CrashInjected, InjectedFault
+from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
+from tenxgraph.core.graph.utils.invoke_node_handler import add_tool_observer, current_tool_call
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+
+_CHILD_DONE = 3  # the child finished its run: the point was not reached
+_CHILD_FAILED = 4
+
+
+class KnownGapObserved(AssertionError):
+    """Raised when a cell duplicated a call exactly where the known-gap table expects it."""
+
+
+class ReplaySafetyViolation(AssertionError):
+    """A cell found a duplicate, a lost or extra tool result, or a failed resume."""
+
+
+class CrashRun:
+    """The ``crash_run`` fixture: owns the checkpointer, thread ids, execution counts, crashes and checks."""
+
+    def __init__(
+        self,
+        *,
+        nodeid: str,
+        cell: Cell | None,
+        checkpointer: BaseCheckpointer,
+        workdir: Path,
+        seed: int,
+        rules: tuple[GapRule, ...],
+        tools: list[str] | None = None,
+        hits: set[int] | None = None,
+    ) -> None:
+        self.nodeid = nodeid
+        self.cell = cell
+        self.checkpointer = checkpointer
+        self.workdir = workdir
+        self.seed = seed
+        self.rules = rules
+        self.tools = tools
+        self.hits = hits
+        self.log = ExecutionLog(workdir / "executions.jsonl")
+        self.results: list[CellResult] = []
+        self._rng = random.Random(f"{seed}:{nodeid}")
+        self.thread_id = self._new_thread("main")
+
+    def _new_thread(self, label: str) -> str:
+        return f"rs-{self._rng.getrandbits(48):012x}-{label}"
+
+    # -- public API -------------------------------------------------------------------------------------
+    def invoke(
+        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
+    ) -> RunResult[Any]:
+        """Run *app* on *input* (clean; or, in a matrix cell, crashed and resumed at every hit) and check it."""
+        return self._drive(app, input, dict(config or {}), stream=False)
+
+    def stream(
+        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
+    ) -> RunResult[Any]:
+        """Like :meth:`invoke`, driving the run through ``stream`` (documented gap: no ledger)."""
+        return self._drive(app, input, dict(config or {}), stream=True)
+
+    def executions(self, thread_id: str | None = None) -> dict[str, int]:
+        """Real executions of tool bodies per ledger key on a thread (default: the main thread)."""
+        counts, _ = self.log.history(thread_id or self.thread_id, self.tools)
+        return dict(counts)
+
+    # -- internals --------------------------------------------------------------------------------------
+    def _run(
+        self,
+        app: CompiledGraph[Any],
+        input: Mapping[str, Any] | None,
+        thread: str,
+        config: dict[str, Any],
+        stream: bool,
+    ) -> RunResult[Any]:
+        graph = app.copy(self.checkpointer)  # a new graph object every run
+        cfg = {**config, "thread_id": thread}
+        if not stream:
+            return graph.invoke(input, cfg)
+        result = None
+        for event in graph.stream(input, cfg):
+            result = event.result or result
+        assert result is not None
+        return result
+
+    def _drive(
+        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: dict[str, Any], stream: bool
+    ) -> RunResult[Any]:
+        if config.pop("thread_id", None) is not None:
+            raise pytest.UsageError("crash_run.invoke: leave thread_id out of config; crash_run assigns thread ids")
+        remove = add_tool_observer(self.log.observe)
+        try:
+            if self.cell is None:
+                return self._clean_only(app, input, config, stream)
+            return self._matrix(app, input, config, stream)
+        finally:
+            remove()
+
+    def _clean_only(
+        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: dict[str, Any], stream: bool
+    ) -> RunResult[Any]:
+        result = self._run(app, input, self.thread_id, config, stream)
+        problems = result_problems(result.messages)
+        problems += [
+            f"{eid} executed {n} times in a run without crash" for eid, n in self.executions().items() if n > 1
+        ]
+        if problems:
+            raise ReplaySafetyViolation("; ".join(problems))
+        return result
+
+    def _matrix(
+        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: dict[str, Any], stream: bool
+    ) -> RunResult[Any]:
+        assert self.cell is not None
+        cell = self.cell
+        clean_thread = self._new_thread("clean")
+        with crashpoints.counting() as counts:
+            clean = self._run(app, input, clean_thread, config, stream)
+        reached = counts.get(cell.point, 0)
+        self.thread_id = clean_thread
+        if reached == 0:
+            self._record(0, "vacuous", None, {}, 0.0, f"{cell.point} was never reached by a clean run of this test")
+        last: RunResult[Any] = clean
+        for hit in range(1, reached + 1):
+            if self.hits is not None and hit not in self.hits:
+                continue
+            started = time.perf_counter()
+            thread = self._new_thread(f"hit{hit}")
+            evidence, resumed = self._crash_and_resume(app, input, config, stream, hit, thread, clean.final_text)
+            outcome, gap, detail = verdict(evidence, self.rules, cell.point, cell.mode, cell.backend)
+            self._record(hit, outcome, gap, dict(evidence.executions), time.perf_counter() - started, detail)
+            last = resumed or last
+            self.thread_id = thread
+        self._conclude()
+        return last
+
+    def _record(
+        self, hit: int, outcome: str, gap: str | None, executions: dict[str, int], duration: float, detail: str
+    ) -> None:
+        assert self.cell is not None
+        repro = f"pytest '{self.nodeid}' --crash-matrix --crash-seed={self.seed}" + (
+            f" --crash-hits={hit}" if hit else ""
+        )
+        self.results.append(
+            CellResult(
+                self.nodeid,
+                self.cell.point,
+                hit,
+                self.cell.backend,
+                self.cell.mode,
+                outcome,
+                gap,
+                executions,
+                round(duration, 4),
+                repro,
+                detail,
+            )
+        )
+
+    def _conclude(self) -> None:
+        failing = [r for r in self.results if r.outcome in FAILING]
+        if failing:
+            lines = [f"hit {r.hit}: {r.outcome.upper()}: {r.detail}\n    repro: {r.repro}" for r in failing]
+            raise ReplaySafetyViolation("replay safety is broken in this cell:\n" + "\n".join(lines))
+        gaps = [r for r in self.results if r.outcome == "known_gap"]
+        if gaps:
+            names = sorted({g.gap or "" for g in gaps})
+            message = f"known gap {', '.join(names)}: " + "; ".join(f"hit {g.hit}: {g.executions}" for g in gaps)
+            assert self.cell is not None
+            if point_gap(self.rules, self.cell.point, self.cell.mode, self.cell.backend) is not None:
+                raise KnownGapObserved(message)  # the item carries xfail(strict=True, raises=KnownGapObserved)
+            pytest.xfail(message)
+
+    # -- arming -----------------------------------------------------------------------------------------
+    def _arm_first_run(self, hit: int, window: dict[str, str], crash: Callable[[str, int], None]) -> None:
+        """Arm the cell's point for the run that crashes. Fault points fail once, then the node's end crashes."""
+        assert self.cell is not None
+        point = self.cell.point
+
+        def capture_then(action: Callable[[str, int], None]) -> Callable[[str, int], None]:
+            def fire(name: str, n: int) -> None:
+                call = current_tool_call()
+                window.setdefault("id", call.execution_id if call else "*")
+                action(name, n)
+
+            return fire
+
+        if point == "ledger.read_error":
+            # Let this read succeed and the node record its calls; crash at the node's end; the resume's read fails.
+            window["id"] = "*"
+            crashpoints.arm(point, hit, lambda name, n: crashpoints.arm("node.after_complete", 1, crash))
+        elif crashpoints.get_crash_point(point).kind == "fault":
+
+            def fault_then_crash(name: str, n: int) -> None:
+                crashpoints.arm("node.after_complete", 1, crash)
+                raise InjectedFault(name, n)
+
+            crashpoints.arm(point, hit, capture_then(fault_then_crash))
+        else:
+            crashpoints.arm(point, hit, capture_then(crash))
+
+    def _arm_resume(self) -> None:
+        assert self.cell is not None
+        if self.cell.point == "ledger.read_error":
+            crashpoints.arm("ledger.read_error", 1, "fault")
+
+    # -- one hit ----------------------------------------------------------------------------------------
+    def _crash_and_resume(
+        self,
+        app: CompiledGraph[Any],
+        input: Mapping[str, Any],
+        config: dict[str, Any],
+        stream: bool,
+        hit: int,
+        thread: str,
+        clean_text: str,
+    ) -> tuple[HitEvidence, RunResult[Any] | None]:
+        assert self.cell is not None
+        if self.cell.mode == "sigkill":
+            crashed, window, error = self._crash_in_child(app, input, config, stream, hit, thread)
+        else:
+            crashed, window, error = self._crash_in_process(app, input, config, stream, hit, thread)
+        evidence = HitEvidence(
+            crashed, window, *self.log.history(thread, self.tools), None, None, clean_text, error=error
+        )
+        if error or not crashed:
+            return evidence, None
+        try:
+            self._arm_resume()
+            result = self._run(app, None, thread, config, stream)
+        except Exception as exc:
+            evidence.resume_error = f"{type(exc).__name__}: {exc}"
+            return evidence, None
+        finally:
+            crashpoints.reset()
+        evidence.executions, evidence.conditions = self.log.history(thread, self.tools)
+        evidence.final_messages, evidence.final_text = result.messages, result.final_text
+        return evidence, result
+
+    def _crash_in_process(
+        self,
+        app: CompiledGraph[Any],
+        input: Mapping[str, Any],
+        config: dict[str, Any],
+        stream: bool,
+        hit: int,
+        thread: str,
+    ) -> tuple[bool, str | None, str | None]:
+        window: dict[str, str] = {}
+
+        def crash(name: str, n: int) -> None:
+            raise CrashInjected(name, n)
+
+        crashpoints.reset()
+        try:
+            self._arm_first_run(hit, window, crash)
+            self._run(app, input, thread, config, stream)
+            return False, None, None
+        except CrashInjected:
+            return True, window.get("id"), None
+        except Exception as exc:
+            return False, None, f"the crashing run failed before its crash: {type(exc).__name__}: {exc}"
+        finally:
+            crashpoints.reset()
+
+    def _crash_in_child(
+        self,
+        app: CompiledGraph[Any],
+        input: Mapping[str, Any],
+        config: dict[str, Any],
+        stream: bool,
+        hit: int,
+        thread: str,
+    ) -> tuple[bool, str | None, str | None]:
+        marker = self.workdir / f"{thread}.marker"
+        failure = self.workdir / f"{thread}.error"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # child: never returns into pytest
+            code = _CHILD_FAILED
+            try:
+                window: dict[str, str] = {}
+
+                def kill(name: str, n: int) -> None:
+                    payload = json.dumps({"point": name, "hit": n, "window": window.get("id")}).encode()
+                    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    os.write(fd, payload)
+                    os.fsync(fd)
+                    os.close(fd)
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+                crashpoints.reset()
+                self._arm_first_run(hit, window, kill)
+                self._run(app, input, thread, config, stream)
+                code = _CHILD_DONE
+            except BaseException:
+                failure.write_text(traceback.format_exc())
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+            try:
+                data = json.loads(marker.read_text())
+            except (OSError, ValueError):
+                return False, None, "the child was killed by SIGKILL without writing its crash marker"
+            return True, data.get("window"), None
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _CHILD_DONE:
+            return False, None, None
+        detail = failure.read_text() if failure.exists() else f"wait status {status}"
+        return False, None, f"the child process failed before its crash:\n{detail}"

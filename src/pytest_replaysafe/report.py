@@ -1,0 +1,76 @@
+"""Crash-matrix reports: the terminal grid, ``--crash-report`` JSON (schema ``replaysafe.crash-matrix/1``) and
+the same grid as Markdown (for ``$GITHUB_STEP_SUMMARY``)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_replaysafe.checker import OUTCOMES
+
+SCHEMA = "replaysafe.crash-matrix/1"
+SYMBOLS = {"violation": "X", "error": "E", "vacuous": "V", "known_gap": "g", "protected": "+", "not_applicable": "."}
+# The worst outcome of a grid square decides its symbol.
+_SEVERITY = ["violation", "error", "vacuous", "known_gap", "protected", "not_applicable"]
+LEGEND = "+ protected   g known gap (expected)   X violation   V vacuous   E error   . not applicable"
+
+
+def summary(cells: Iterable[dict[str, Any]]) -> dict[str, int]:
+    counts = Counter(c["outcome"] for c in cells)
+    return {o: counts.get(o, 0) for o in OUTCOMES}
+
+
+def to_json(cells: Sequence[dict[str, Any]], seed: int) -> dict[str, Any]:
+    return {"schema": SCHEMA, "seed": seed, "cells": list(cells), "summary": summary(cells)}
+
+
+def write_json(path: Path, cells: Sequence[dict[str, Any]], seed: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(to_json(cells, seed), indent=2) + "\n")
+
+
+def _grid(cells: Sequence[dict[str, Any]]) -> tuple[list[str], list[str], dict[tuple[str, str], str]]:
+    points = sorted({c["point"] for c in cells})
+    columns = sorted({f"{c['backend']}/{c['mode']}" for c in cells})
+    worst: dict[tuple[str, str], str] = {}
+    for c in cells:
+        square = (c["point"], f"{c['backend']}/{c['mode']}")
+        current = worst.get(square)
+        if current is None or _SEVERITY.index(c["outcome"]) < _SEVERITY.index(current):
+            worst[square] = c["outcome"]
+    return points, columns, worst
+
+
+def totals_line(cells: Sequence[dict[str, Any]]) -> str:
+    return ", ".join(f"{n} {o}" for o, n in summary(cells).items() if n) or "no cells"
+
+
+def text_grid(cells: Sequence[dict[str, Any]]) -> list[str]:
+    points, columns, worst = _grid(cells)
+    width = max(len(p) for p in points)
+    col_w = [max(len(c), 3) for c in columns]
+    lines = [" " * width + "  " + "  ".join(c.rjust(w) for c, w in zip(columns, col_w, strict=True))]
+    for p in points:
+        row = [SYMBOLS[worst[(p, c)]] if (p, c) in worst else " " for c in columns]
+        lines.append(p.ljust(width) + "  " + "  ".join(s.rjust(w) for s, w in zip(row, col_w, strict=True)))
+    lines.append(LEGEND)
+    lines.append(f"cells: {len(cells)} ({totals_line(cells)})")
+    return lines
+
+
+def markdown(cells: Sequence[dict[str, Any]], seed: int) -> str:
+    points, columns, worst = _grid(cells)
+    out = [f"### Crash matrix (seed {seed})", "", "| point | " + " | ".join(columns) + " |"]
+    out.append("|---|" + "---|" * len(columns))
+    for p in points:
+        row = [SYMBOLS[worst[(p, c)]] if (p, c) in worst else "" for c in columns]
+        out.append(f"| `{p}` | " + " | ".join(row) + " |")
+    out += ["", LEGEND, "", f"**{len(cells)} cells:** {totals_line(cells)}", ""]
+    gaps = sorted({(c["point"], c["gap"]) for c in cells if c["outcome"] == "known_gap"})
+    if gaps:
+        out.append("Known gaps shown: " + ", ".join(f"`{p}` ({g})" for p, g in gaps))
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,318 @@
+"""pytest-replaysafe, tested the way users run it: pytester runs small suites with the plugin."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+AGENT = '''
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, ToolCallBlock
+
+def make_agent(checkpointer, effects=None, calls=None, **opts):
+    def refund_order(order_id: str) -> str:
+        """Refund an order."""
+        if effects is not None:
+            return effects.apply("refund", {"order": order_id})["effect_id"]
+        return "refunded " + order_id
+    script = calls or [Reply(tool_calls=[("refund_order", {"order_id": "1042"})]), "Refunded order 1042."]
+    return ReactAgent(ScriptedModel(script), tools=[refund_order]).compile(checkpointer=checkpointer)
+
+MSG = {"messages": [Message.text_message("refund order 1042")]}
+'''
+
+
+def write(pytester: pytest.Pytester, body: str, conftest: str = "") -> None:
+    pytester.makepyfile(agent_helpers=AGENT)
+    pytester.makepyfile(test_agent=body)
+    if conftest:
+        pytester.makeconftest(conftest)
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--crash-backends=memory,sqlite", *args)
+
+
+def report(pytester: pytest.Pytester, result: pytest.RunResult) -> dict:  # type: ignore[type-arg]
+    return json.loads((pytester.path / "matrix.json").read_text())
+
+
+PROTECTED = """
+import pytest
+from agent_helpers import make_agent, MSG
+
+@pytest.mark.crash_matrix(points=["tool.after_record", "run.before_node", "node.after_complete"])
+def test_refund(crash_run):
+    result = crash_run.invoke(make_agent(crash_run.checkpointer), MSG)
+    assert result.final_text == "Refunded order 1042."
+"""
+
+
+def test_without_the_option_a_marked_test_runs_once(pytester: pytest.Pytester) -> None:
+    write(pytester, PROTECTED)
+    result = run(pytester, "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*crash matrix*")
+
+
+def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> None:
+    write(pytester, PROTECTED)
+    result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "--crash-seed=7", "-v")
+    # 3 points x (memory: inprocess + n/a sigkill, sqlite: inprocess + sigkill)
+    result.assert_outcomes(passed=9, skipped=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_refund?tool.after_record-sqlite-sigkill? PASSED*",
+            "*replaysafe crash matrix (seed 7)*",
+            "*tool.after_record*+*",
+        ]
+    )
+    data = report(pytester, result)
+    assert data["schema"] == "replaysafe.crash-matrix/1" and data["seed"] == 7
+    after_record = [c for c in data["cells"] if c["point"] == "tool.after_record" and c["outcome"] != "not_applicable"]
+    assert {(c["backend"], c["mode"], c["hit"]) for c in after_record} == {
+        ("memory", "inprocess", 1),
+        ("sqlite", "inprocess", 1),
+        ("sqlite", "sigkill", 1),
+    }
+    assert all(list(c["executions"].values()) == [1] for c in after_record)
+    before_node = [c for c in data["cells"] if c["point"] == "run.before_node" and c["backend"] == "sqlite"]
+    assert sorted({c["hit"] for c in before_node}) == [1, 2, 3]  # MAIN, TOOL, MAIN: one cell per hit
+    assert data["summary"]["protected"] == 3 * (1 + 3 + 3) and data["summary"]["violation"] == 0  # hits per point
+    assert data["summary"]["not_applicable"] == 3
+    cell = after_record[0]
+    assert set(cell) == {
+        "test",
+        "point",
+        "hit",
+        "backend",
+        "mode",
+        "outcome",
+        "gap",
+        "executions",
+        "duration_s",
+        "repro",
+    } | {"detail"}
+    assert "--crash-seed=7" in cell["repro"] and "--crash-hits=1" in cell["repro"]
+
+
+def test_gaps_are_expected_outcomes_run_as_strict_xfail(pytester: pytest.Pytester) -> None:
+    write(
+        pytester,
+        """
+import pytest
+from agent_helpers import make_agent, MSG
+
+@pytest.mark.crash_matrix(points=["tool.after_return", "tool.in_flight", "ledger.write_error", "ledger.read_error"])
+def test_refund(crash_run, effects):
+    result = crash_run.invoke(make_agent(crash_run.checkpointer, effects), MSG)
+    assert result.final_text == "Refunded order 1042."
+""",
+    )
+    result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "-rx")
+    result.assert_outcomes(xfailed=12, skipped=4)
+    result.stdout.fnmatch_lines(["*known gap after_return*", "*known gap in_flight*"])
+    data = report(pytester, result)
+    gaps = {(c["point"], c["gap"]) for c in data["cells"] if c["outcome"] == "known_gap"}
+    assert gaps == {
+        ("tool.after_return", "after_return"),
+        ("tool.in_flight", "in_flight"),
+        ("ledger.write_error", "failed_record_write"),
+        ("ledger.read_error", "failed_ledger_read"),
+    }
+    assert data["summary"]["violation"] == 0
+
+
+def test_a_gap_that_stops_duplicating_turns_red(pytester: pytest.Pytester) -> None:
+    """An empty gap table entry for after_return... rather: a tool that cannot duplicate makes XPASS(strict)."""
+    write(
+        pytester,
+        """
+import pytest
+from agent_helpers import make_agent, MSG
+
+@pytest.mark.crash_matrix(points=["tool.after_return"], tools=["nothing_by_this_name"])
+def test_refund(crash_run):
+    crash_run.invoke(make_agent(crash_run.checkpointer), MSG)
+""",
+    )
+    result = run(pytester, "--crash-matrix", "--crash-modes=inprocess")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*XPASS(strict)*known gap after_return*"])
+
+
+SABOTAGE = '''
+import pytest
+from tenxgraph.storage.checkpointer import SqliteCheckpointer
+from pytest_replaysafe.matrix import Backend
+
+class AmnesiacLedger(SqliteCheckpointer):
+    """Records tool results but never finds them: a broken ledger."""
+    async def aget_tool_results(self, thread_id, keys):
+        return {}
+
+def _factory(request):
+    return AmnesiacLedger(request.getfixturevalue("tmp_path") / "broken.db")
+
+def pytest_replaysafe_add_backends(config):
+    return [Backend("amnesiac", _factory, durable=True)]
+'''
+
+
+def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) -> None:
+    write(pytester, PROTECTED.replace('"run.before_node", ', ""), conftest=SABOTAGE)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=amnesiac,sqlite", "--crash-report=matrix.json"
+    )
+    result.assert_outcomes(passed=4, failed=4)
+    result.stdout.fnmatch_lines(
+        [
+            "*VIOLATION*amnesiac*executed 2 times*",
+            "*repro: pytest '*test_refund?tool.after_record-amnesiac-*' --crash-matrix --crash-seed=* --crash-hits=1*",
+        ]
+    )
+    data = report(pytester, result)
+    broken: dict[tuple[str, str], set[str]] = {}
+    for c in data["cells"]:
+        if c["backend"] == "amnesiac":
+            broken.setdefault((c["point"], c["mode"]), set()).add(c["outcome"])
+    assert len(broken) == 4 and all("violation" in outcomes for outcomes in broken.values())
+    # hits with nothing to replay (the model node's crash before any tool ran) are rightly protected
+    assert {c["hit"] for c in data["cells"] if c["outcome"] == "violation"} == {1, 2}
+    assert {c["outcome"] for c in data["cells"] if c["backend"] == "sqlite"} == {"protected"}
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_a_point_the_test_never_reaches_is_vacuous_and_fails(pytester: pytest.Pytester) -> None:
+    write(
+        pytester,
+        """
+import pytest
+from agent_helpers import make_agent, MSG
+
+@pytest.mark.crash_matrix(points=["tool.after_record"], modes=["inprocess"])
+def test_no_tools(crash_run):
+    crash_run.invoke(make_agent(crash_run.checkpointer, calls=["no tool needed"]), MSG)
+""",
+    )
+    result = run(pytester, "--crash-matrix", "--crash-report=matrix.json")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*VACUOUS*tool.after_record was never reached*"])
+    assert {c["outcome"] for c in report(pytester, result)["cells"]} == {"vacuous"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--crash-points=tool.after_retrun"],
+            "*unknown crash point 'tool.after_retrun'*known points:*tool.after_return*",
+        ),
+        (["--crash-backends=mongo"], "*unknown crash backend 'mongo'*known backends:*sqlite*"),
+        (["--crash-modes=sigterm"], "*unknown crash mode 'sigterm'*known modes: inprocess, sigkill*"),
+        (["--crash-seed=abc"], "*--crash-seed='abc': give a whole number or 'last'*"),
+    ],
+)
+def test_unknown_names_are_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:
+    write(pytester, PROTECTED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--crash-matrix", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_unknown_point_in_the_marker_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    write(pytester, PROTECTED.replace("tool.after_record", "tool.after_recrod"))
+    result = run(pytester, "--crash-matrix")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*unknown crash point 'tool.after_recrod' in @crash_matrix of*"])
+
+
+def test_crash_list_prints_points_with_locations(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--crash-list")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "ledger.read_error*fault*invoke_node_handler.py:*",
+            "run.before_node*crash*compiled.py:*the current node is recorded*",
+            "tool.in_flight*crash*effects.py:*",
+        ]
+    )
+
+
+def test_markers_are_registered(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines(["*@pytest.mark.crash_matrix(points=None, backends=None, modes=None, tools=None)*"])
+
+
+def test_seed_is_printed_and_last_reuses_it(pytester: pytest.Pytester) -> None:
+    write(pytester, PROTECTED)
+    first = pytester.runpytest_subprocess(
+        "--crash-matrix", "--crash-backends=memory", "--crash-points=tool.after_record"
+    )
+    first.stdout.fnmatch_lines(["replaysafe: crash matrix on, seed * (repeat with --crash-seed=*"])
+    seed = next(line for line in first.outlines if line.startswith("replaysafe:")).split("seed ")[1].split(" ")[0]
+    again = pytester.runpytest_subprocess(
+        "--crash-matrix", "--crash-backends=memory", "--crash-points=tool.after_record", "--crash-seed=last"
+    )
+    again.stdout.fnmatch_lines([f"replaysafe: crash matrix on, seed {seed} *"])
+
+
+def test_markdown_summary_goes_to_github_step_summary(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    write(pytester, PROTECTED)
+    summary = tmp_path / "summary.md"
+    os.environ["GITHUB_STEP_SUMMARY"] = str(summary)
+    try:
+        run(pytester, "--crash-matrix", "--crash-points=tool.after_record", "--crash-seed=3")
+    finally:
+        del os.environ["GITHUB_STEP_SUMMARY"]
+    text = summary.read_text()
+    assert "### Crash matrix (seed 3)" in text and "| `tool.after_record` |" in text and "protected" in text
+
+
+def test_junit_xml_gets_per_cell_properties(pytester: pytest.Pytester) -> None:
+    write(pytester, PROTECTED)
+    run(pytester, "--crash-matrix", "--crash-points=tool.after_record", "--junitxml=out.xml")
+    xml = (pytester.path / "out.xml").read_text()
+    assert 'name="replaysafe_cell"' in xml and "protected" in xml
+
+
+def test_works_under_xdist(pytester: pytest.Pytester) -> None:
+    write(pytester, PROTECTED)
+    result = run(pytester, "--crash-matrix", "-n", "2", "--crash-report=matrix.json", "--crash-seed=11")
+    result.assert_outcomes(passed=9, skipped=3)
+    data = report(pytester, result)
+    assert data["seed"] == 11 and data["summary"]["protected"] == 21  # cells came back from the workers
+
+
+def test_user_suite_fixtures_and_faker_seeded_from_the_cell(pytester: pytest.Pytester) -> None:
+    write(
+        pytester,
+        """
+import pytest
+from agent_helpers import make_agent, MSG
+
+NAMES = []
+
+@pytest.mark.crash_matrix(points=["tool.after_record"], modes=["inprocess"], backends=["sqlite"])
+def test_refund(crash_run, faker):
+    NAMES.append(faker.name())
+    crash_run.invoke(make_agent(crash_run.checkpointer), MSG)
+    print("FAKE", NAMES[-1])
+
+def test_checkpointers(replaysafe_checkpointer):
+    replaysafe_checkpointer.put_tool_result("t", "m:c", {"ok": 1})
+    assert replaysafe_checkpointer.get_tool_results("t", ["m:c"]) == {"m:c": {"ok": 1}}
+""",
+    )
+    a = run(pytester, "--crash-matrix", "--crash-seed=5", "-s", "-k", "test_refund")
+    b = run(pytester, "--crash-matrix", "--crash-seed=5", "-s", "-k", "test_refund")
+    c = run(pytester, "--crash-matrix", "--crash-seed=6", "-s", "-k", "test_refund")
+    fake = [next(line.split("FAKE")[1] for line in r.outlines if "FAKE" in line) for r in (a, b, c)]
+    assert fake[0] == fake[1] != fake[2]
+    checkpointers = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "test_checkpointers", "-v")
+    checkpointers.stdout.fnmatch_lines(["*test_checkpointers?memory? PASSED*", "*test_checkpointers?sqlite? PASSED*"])
