@@ -159,8 +159,6 @@ def _load_registry(config: pytest.Config, settings: Settings) -> None:
         matrix.check_names("backend", settings.backends, registry, "--crash-backends")
     if settings.modes:
         matrix.check_names("mode", settings.modes, matrix.MODES, "--crash-modes")
-    if settings.enabled and config.getini("console_output_style") == "progress":
-        config.option.console_output_style = "count"  # progress as cells done / total
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -234,14 +232,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from pytest_replaysafe.harness import KnownGapObserved
 
     for item in items:
-        cell = getattr(item, "callspec", None) and item.callspec.params.get("_replaysafe_cell")  # type: ignore[attr-defined]
-        if not isinstance(cell, matrix.Cell):
+        cell = _cell_of(item)
+        if cell is None:
             continue
         gap = point_gap(settings.rules, cell.point, cell.mode, cell.backend)
         if gap is not None:
             item.add_marker(
                 pytest.mark.xfail(reason=f"known gap {gap.name}: {gap.reason}", strict=True, raises=KnownGapObserved)
             )
+
+
+def _cell_of(item: pytest.Item) -> matrix.Cell | None:
+    callspec = getattr(item, "callspec", None)
+    cell = callspec.params.get("_replaysafe_cell") if callspec is not None else None
+    return cell if isinstance(cell, matrix.Cell) else None
 
 
 # -- fixtures ---------------------------------------------------------------------------------------------
@@ -419,6 +423,24 @@ class MatrixReporter:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.total: int | None = None
+        self.done = 0
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.total = sum(1 for item in items if _cell_of(item) is not None)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> Any:
+        """Progress while a long matrix runs: the verbose status word says how many cells are done."""
+        status = yield
+        is_cell = any(f"-{mode}]" in report.nodeid for mode in matrix.MODES)
+        finished = report.when == "call" or (report.when == "setup" and not report.passed)
+        if is_cell and finished and isinstance(status, tuple) and len(status) == 3 and isinstance(status[2], str):
+            self.done += 1
+            total = f"/{self.total}" if self.total else ""
+            category, letter, word = status
+            return category, letter, f"{word} [{self.done}{total} cells]" if word else word
+        return status
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
