@@ -1,7 +1,7 @@
 """A child process for kill -9 tests: runs the support agent on a durable checkpointer.
 
 usage: python tests/support_child.py BACKEND TARGET THREAD_ID EFFECTS_FILE
-Each execution of refund_order's body appends a line to EFFECTS_FILE (fsynced), so counts survive a kill -9.
+Each refund the agent makes appends a line to EFFECTS_FILE (fsynced), so counts survive a kill -9.
 Arm a crash with TENXGRAPH_CRASH_AT; prints the final answer when the run finishes.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from examples.support_refund.agent import build_support_agent
 from tenxgraph import Message
@@ -29,17 +30,20 @@ def open_checkpointer(backend: str, target: str) -> BaseCheckpointer:
 def main() -> None:
     backend, target, thread_id, effects = sys.argv[1:5]
 
-    def pay(order_id: str, amount: float) -> str:
-        fd = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, f"{order_id} {amount}\n".encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return "payment ok"
+    class FilePayments:
+        """Appends every refund to EFFECTS_FILE, fsynced: it ignores idempotency keys to count raw executions."""
+
+        def apply(self, kind: str, payload: Any = None, idempotency_key: str | None = None) -> dict[str, Any]:
+            fd = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, f"{payload['order']} {payload['amount']}\n".encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return {"effect_id": "E-1", "applied": True}
 
     cp = open_checkpointer(backend, target)
-    app = build_support_agent(cp, pay)
+    app = build_support_agent(cp, FilePayments())
     existing = cp.get_thread(thread_id)
     result = app.invoke(
         None if existing else {"messages": [Message.text_message("refund order 1042")]}, {"thread_id": thread_id}

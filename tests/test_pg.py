@@ -17,6 +17,7 @@ import pytest
 import redis
 from psycopg import sql
 
+from examples.payments import LocalProvider
 from examples.support_refund.agent import build_support_agent
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core import crashpoints
@@ -296,11 +297,10 @@ def test_kill_9_child_at_tool_after_record_with_postgres(tmp_path: Path, pg_dsn:
 
 
 def test_support_agent_on_postgres_in_process(pg_redis_checkpointer: PgCheckpointer) -> None:
-    paid: list[str] = []
-    app = build_support_agent(pg_redis_checkpointer, lambda order, amount: paid.append(order) or "ok")
+    payments = LocalProvider()
+    app = build_support_agent(pg_redis_checkpointer, payments)
     with crashpoints.armed("run.after_advance", hit=3), pytest.raises(CrashInjected):
         app.invoke(MSG, {"thread_id": "t"})
-    result = build_support_agent(pg_redis_checkpointer, lambda o, a: paid.append(o) or "ok").invoke(
-        None, {"thread_id": "t"}
-    )
-    assert paid == ["1042"] and result.final_text == "Refunded 20.00 EUR on order 1042."
+    result = build_support_agent(pg_redis_checkpointer, payments).invoke(None, {"thread_id": "t"})
+    assert payments.effects == [("refund", {"order": "1042", "amount": 20.0})]
+    assert result.final_text == "Refunded 20.00 EUR on order 1042."

@@ -1,10 +1,10 @@
-"""The docs' support agent: look up an order, refund it, answer. Offline, with a ScriptedModel."""
+"""The docs' support agent: look up an order, refund it (money moves), answer. Offline, with a ScriptedModel."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from examples.payments import LocalProvider, Provider, idempotency_key
 from tenxgraph import CompiledGraph, ReactAgent, Reply, ScriptedModel
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 
@@ -23,9 +23,7 @@ def lookup_order(order_id: str) -> dict[str, Any]:
     return dict(order)
 
 
-def make_refund_order(pay: Callable[[str, float], str]) -> Callable[[str, float], str]:
-    """``refund_order`` moves money through *pay* (a payment API, or the test harness's simulator)."""
-
+def make_refund_order(payments: Provider) -> Any:
     def refund_order(order_id: str, amount: float) -> str:
         """Refund an amount on an order.
 
@@ -33,28 +31,26 @@ def make_refund_order(pay: Callable[[str, float], str]) -> Callable[[str, float]
             order_id: The order number.
             amount: The amount to refund, in the order's currency.
         """
-        return f"Refunded {amount:.2f} on order {order_id} ({pay(order_id, amount)})"
+        # The key is the same if this call is replayed or re-run after a crash: the provider refunds once.
+        payment = payments.apply("refund", {"order": order_id, "amount": amount}, idempotency_key())
+        return f"Refunded {amount:.2f} on order {order_id} (payment {payment['effect_id']})"
 
     return refund_order
 
 
-def script() -> ScriptedModel:
-    return ScriptedModel(
+def build_support_agent(
+    checkpointer: BaseCheckpointer | None = None, payments: Provider | None = None
+) -> CompiledGraph[Any]:
+    model = ScriptedModel(
         [
             Reply(tool_calls=[("lookup_order", {"order_id": "1042"})]),
             Reply(tool_calls=[("refund_order", {"order_id": "1042", "amount": 20.0})]),
             "Refunded 20.00 EUR on order 1042.",
         ]
     )
-
-
-def build_support_agent(
-    checkpointer: BaseCheckpointer | None = None, pay: Callable[[str, float], str] | None = None
-) -> CompiledGraph[Any]:
-    refund_order = make_refund_order(pay or (lambda order_id, amount: f"payment ref R-{order_id}"))
     agent = ReactAgent(
-        script(),
+        model,
         system_prompt="You are a support agent. Refund only delivered orders.",
-        tools=[lookup_order, refund_order],
+        tools=[lookup_order, make_refund_order(payments or LocalProvider())],
     )
     return agent.compile(checkpointer=checkpointer)

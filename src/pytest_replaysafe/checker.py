@@ -68,11 +68,23 @@ class ExecutionLog:
         rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
         return [r for r in rows if r["thread"] == thread_id]
 
-    def history(self, thread_id: str, tools: Iterable[str] | None = None) -> tuple[Counter[str], dict[str, str]]:
-        """Executions per execution id, and the gap condition (timeout, missing_id, streaming) of each id."""
+    def unfinished(self, thread_id: str) -> dict[str, str]:
+        """Right after a crash: calls whose body was running (``in_flight``) or had returned without its record
+        written yet (``after_return``), from each call's last event. A recorded call is never in this map."""
+        last: dict[str, str] = {}
+        for row in self.entries(thread_id):
+            last[row["id"]] = row["event"]
+        states = {"start": "in_flight", "end": "after_return"}
+        return {eid: states[event] for eid, event in last.items() if event in states}
+
+    def history(
+        self, thread_id: str, tools: Iterable[str] | None = None, unfinished: dict[str, str] | None = None
+    ) -> tuple[Counter[str], dict[str, str]]:
+        """Executions per execution id, and each id's gap condition: how it was unfinished at the crash
+        (in_flight, after_return), or timeout, missing_id, streaming."""
         allowed = set(tools) if tools is not None else None
         counts: Counter[str] = Counter()
-        conditions: dict[str, str] = {}
+        conditions: dict[str, str] = dict(unfinished or {})
         for row in self.entries(thread_id):
             if allowed is not None and row["tool"] not in allowed:
                 continue
@@ -139,12 +151,12 @@ def verdict(
     for eid, n in sorted(evidence.executions.items()):
         if n < 2:
             continue
-        condition = evidence.conditions.get(eid)
         rule = None
-        if condition is not None:
-            rule = find_gap(rules, point, condition, mode, backend)
-        elif evidence.window in ("*", eid):
+        if evidence.window in ("*", eid):  # the call the crash (or fault) hit: the point's own gap, if any
             rule = find_gap(rules, point, None, mode, backend)
+        condition = evidence.conditions.get(eid)
+        if rule is None and condition is not None:  # a call left unfinished, or unprotected by its nature
+            rule = find_gap(rules, point, condition, mode, backend)
         if rule is None:
             problems.append(f"{eid} executed {n} times")
         else:

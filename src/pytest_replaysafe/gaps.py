@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 #: Conditions of a single call that leave it unprotected, whatever the crash point.
-CONDITIONS = ("timeout", "missing_id", "streaming")
+CONDITIONS = ("in_flight", "after_return", "timeout", "missing_id", "streaming")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +42,19 @@ KNOWN_GAPS: tuple[GapRule, ...] = (
         point="tool.in_flight",
     ),
     GapRule(
+        "in_flight",
+        "the process died while this call (for example a sibling of the crashed one) was still running",
+        condition="in_flight",
+    ),
+    GapRule(
         "after_return",
         "the tool returned but the process died before its ledger record was written",
         point="tool.after_return",
+    ),
+    GapRule(
+        "after_return",
+        "this call (for example a sibling of the crashed one) had returned but was not recorded yet",
+        condition="after_return",
     ),
     GapRule(
         "failed_record_write",

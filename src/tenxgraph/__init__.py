@@ -11,6 +11,7 @@ from tenxgraph.core.graph import (
     ToolNode,
     ToolOutput,
 )
+from tenxgraph.core.graph.utils.invoke_node_handler import current_tool_call
 from tenxgraph.core.state import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
 from tenxgraph.errors import (
     ConfigError,
@@ -51,6 +52,7 @@ __all__ = [
     "ToolOutput",
     "ToolResultBlock",
     "ToolTimeoutError",
+    "current_tool_call",
 ]
 
 # A child process started by the crash harness arms its point from TENXGRAPH_CRASH_AT.

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -59,13 +60,24 @@ class ToolCallInfo:
     use_ledger: bool
 
     @property
+    def idempotency_key(self) -> str:
+        """A key for external APIs: the same on every replay and in every process, different for every other call.
+
+        Derived from (thread_id, assistant message id, tool_call_id); pass it to payment or email providers.
+        """
+        digest = hashlib.sha256(f"{self.thread_id}\x00{self.execution_id}".encode()).hexdigest()
+        return f"tenx-{digest[:40]}"
+
+    @property
     def execution_id(self) -> str:
         """The ledger key, or (unprotected call) a stand-in that is still stable across replays of the message."""
         return self.key or f"unkeyed:{self.message_id}:{self.index}:{self.tool}"
 
 
 ToolObserver = Callable[[ToolCallInfo, str], None]
-"""Called with the call and an event: ``"start"`` (the body is about to run) or ``"timeout"`` (it was cancelled)."""
+"""Called with the call and an event: ``"start"`` (the body is about to run), ``"end"`` (it returned or raised),
+``"recorded"`` (its ledger record is written) or ``"timeout"`` (it was cancelled). After a crash, a call whose last
+event is ``start`` was in flight, and one whose last event is ``end`` was between return and record."""
 _observers: list[ToolObserver] = []
 _current_call: contextvars.ContextVar[ToolCallInfo | None] = contextvars.ContextVar("tenxgraph_tool", default=None)
 
@@ -144,11 +156,18 @@ async def _invoke(tool: Tool, info: ToolCallInfo, args: dict[str, JSON], timeout
     for observer in _observers:
         observer(info, "start")
     try:
-        return await _call(tool, args, timeout)
+        value = await _call(tool, args, timeout)
     except TimeoutError:
         for observer in _observers:
             observer(info, "timeout")
         raise
+    except Exception:
+        for observer in _observers:
+            observer(info, "end")
+        raise
+    for observer in _observers:
+        observer(info, "end")
+    return value
 
 
 async def _call(tool: Tool, args: dict[str, JSON], timeout: float | None) -> JSON:
@@ -238,6 +257,10 @@ async def _record(execution: ToolExecution, key: str, ctx: RunContext) -> ToolEx
             exc,
         )
         return execution
+    info = _current_call.get()
+    if info is not None:
+        for observer in _observers:
+            observer(info, "recorded")
     crash_point("tool.after_record")
     return ToolExecution(execution.call, key, execution.result, execution.update, recorded=True)
 
