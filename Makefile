@@ -14,8 +14,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+# The crash matrix over examples/ on the embedded backends (+ PostgreSQL/Redis when their env vars are set).
+DEMO_BACKENDS = memory,sqlite$${REPLAYSAFE_PG_DSN:+,postgres}$${REPLAYSAFE_REDIS_URL:+,postgres+redis}
+
 demo: $(STAMP)
-	$(BIN)/python -m examples.demo
+	$(BIN)/python -m pytest examples -p no:cacheprovider -q -rfE -n 2 --crash-matrix \
+		--crash-backends=$(DEMO_BACKENDS) --crash-report=crash-matrix.json --crash-markdown=crash-matrix.md
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider

@@ -207,7 +207,7 @@ class CrashRun:
         assert self.cell is not None
         gaps = [r for r in self.results if r.outcome == "known_gap"]
         if gaps:
-            names = sorted({g.gap or "" for g in gaps})
+            names = sorted({name for g in gaps for name in (g.gap or "").split(",")})
             self.gap_message = f"known gap {', '.join(names)} at hit(s) {', '.join(str(g.hit) for g in gaps)}"
         expected = point_gap(self.rules, self.cell.point, self.cell.mode, self.cell.backend)
         if expected is not None and not any(g.gap and expected.name in g.gap.split(",") for g in gaps):

@@ -39,6 +39,7 @@ class Settings:
     modes: list[str] | None
     hits: set[int] | None
     report: Path | None
+    markdown: Path | None
     registry: dict[str, matrix.Backend] = field(default_factory=dict)
     rules: tuple[GapRule, ...] = ()
     cells: list[dict[str, Any]] = field(default_factory=list)
@@ -66,6 +67,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--crash-hits", default=None, help="only these hits of each point, e.g. 2 (for a repro)")
     group.addoption("--crash-seed", default=None, help="master seed (a number, or 'last' for the previous run's)")
     group.addoption("--crash-report", default=None, metavar="PATH.json", help="write the matrix as JSON here")
+    group.addoption("--crash-markdown", default=None, metavar="PATH.md", help="write the grid as Markdown here")
     group.addoption(
         "--crash-list",
         action="store_true",
@@ -77,6 +79,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("crash_backends", "default crash-matrix backends", default="")
     parser.addini("crash_modes", "default crash-matrix modes", default="")
     parser.addini("crash_report", "default --crash-report path", default="")
+    parser.addini("crash_markdown", "default --crash-markdown path", default="")
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -120,6 +123,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     enabled = bool(config.getoption("--crash-matrix") or config.getini("crash_matrix"))
     report = _option(config, "crash_report")
+    markdown = _option(config, "crash_markdown")
     settings = Settings(
         enabled=enabled,
         seed=_seed(config),
@@ -128,6 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
         modes=matrix.split_names(_option(config, "crash_modes")),
         hits=matrix.parse_hits(config.getoption("--crash-hits")),
         report=Path(report) if report else None,
+        markdown=Path(markdown) if markdown else None,
     )
     config.stash[settings_key] = settings
     cache = getattr(config, "cache", None)
@@ -473,6 +478,9 @@ class MatrixReporter:
         if settings.report is not None:
             report.write_json(settings.report, cells, settings.seed)
             terminalreporter.write_line(f"crash matrix report: {settings.report}")
+        if settings.markdown is not None:
+            settings.markdown.write_text(report.markdown(cells, settings.seed))
+            terminalreporter.write_line(f"crash matrix grid: {settings.markdown}")
         summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary_path:
             with open(summary_path, "a", encoding="utf-8") as fh:

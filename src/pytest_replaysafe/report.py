@@ -15,7 +15,7 @@ SCHEMA = "replaysafe.crash-matrix/1"
 SYMBOLS = {"violation": "X", "error": "E", "vacuous": "V", "known_gap": "g", "protected": "+", "not_applicable": "."}
 # The worst outcome of a grid square decides its symbol.
 _SEVERITY = ["violation", "error", "vacuous", "known_gap", "protected", "not_applicable"]
-LEGEND = "+ protected   g known gap (expected)   X violation   V vacuous   E error   . not applicable"
+LEGEND = "cells per outcome: + protected  g known gap (expected)  X violation  V vacuous  E error  . not applicable"
 
 
 def summary(cells: Iterable[dict[str, Any]]) -> dict[str, int]:
@@ -33,15 +33,21 @@ def write_json(path: Path, cells: Sequence[dict[str, Any]], seed: int) -> None:
 
 
 def _grid(cells: Sequence[dict[str, Any]]) -> tuple[list[str], list[str], dict[tuple[str, str], str]]:
+    """Points, columns, and per square the count of each outcome, worst first (``"5+ 2g"``, ``"1X 3+"``)."""
     points = sorted({c["point"] for c in cells})
     columns = sorted({f"{c['backend']}/{c['mode']}" for c in cells})
-    worst: dict[tuple[str, str], str] = {}
+    counts: dict[tuple[str, str], Counter[str]] = {}
     for c in cells:
-        square = (c["point"], f"{c['backend']}/{c['mode']}")
-        current = worst.get(square)
-        if current is None or _SEVERITY.index(c["outcome"]) < _SEVERITY.index(current):
-            worst[square] = c["outcome"]
-    return points, columns, worst
+        counts.setdefault((c["point"], f"{c['backend']}/{c['mode']}"), Counter())[c["outcome"]] += 1
+    squares: dict[tuple[str, str], str] = {}
+    for square, outcome_counts in counts.items():
+        if set(outcome_counts) == {"not_applicable"}:
+            squares[square] = SYMBOLS["not_applicable"]
+            continue
+        squares[square] = " ".join(
+            f"{outcome_counts[o]}{SYMBOLS[o]}" for o in _SEVERITY if o != "not_applicable" and outcome_counts[o]
+        )
+    return points, columns, squares
 
 
 def totals_line(cells: Sequence[dict[str, Any]]) -> str:
@@ -51,10 +57,10 @@ def totals_line(cells: Sequence[dict[str, Any]]) -> str:
 def text_grid(cells: Sequence[dict[str, Any]]) -> list[str]:
     points, columns, worst = _grid(cells)
     width = max(len(p) for p in points)
-    col_w = [max(len(c), 3) for c in columns]
+    col_w = [max([len(c)] + [len(worst.get((p, c), "")) for p in points]) for c in columns]
     lines = [" " * width + "  " + "  ".join(c.rjust(w) for c, w in zip(columns, col_w, strict=True))]
     for p in points:
-        row = [SYMBOLS[worst[(p, c)]] if (p, c) in worst else " " for c in columns]
+        row = [worst.get((p, c), "") for c in columns]
         lines.append(p.ljust(width) + "  " + "  ".join(s.rjust(w) for s, w in zip(row, col_w, strict=True)))
     lines.append(LEGEND)
     lines.append(f"cells: {len(cells)} ({totals_line(cells)})")
@@ -66,7 +72,7 @@ def markdown(cells: Sequence[dict[str, Any]], seed: int) -> str:
     out = [f"### Crash matrix (seed {seed})", "", "| point | " + " | ".join(columns) + " |"]
     out.append("|---|" + "---|" * len(columns))
     for p in points:
-        row = [SYMBOLS[worst[(p, c)]] if (p, c) in worst else "" for c in columns]
+        row = [worst.get((p, c), "") for c in columns]
         out.append(f"| `{p}` | " + " | ".join(row) + " |")
     out += ["", LEGEND, "", f"**{len(cells)} cells:** {totals_line(cells)}", ""]
     gaps = sorted({(c["point"], c["gap"]) for c in cells if c["outcome"] == "known_gap"})
