@@ -1,0 +1,272 @@
+"""`make bench`: the refund scenario per backend, ours vs LangGraph, plus ledger cost, PostgreSQL round trips
+and crash-matrix throughput. Prints a table and writes benchmarks/results.json. Times are medians of one run on
+this machine; compare the ratios (ours / LangGraph), which hold across machines better than absolute times."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from benchmarks import scenario
+from tenxgraph.core.graph.config import RunConfig
+from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer, SqliteCheckpointer
+from tenxgraph.utils.sync import run_sync
+
+TARGETS = {"memory": 0.15, "sqlite": 0.25, "postgres": 0.25}
+RESULTS = Path(__file__).with_name("results.json")
+
+
+def measure(run: Callable[[], Any], runs: int, warmup: int) -> dict[str, float]:
+    for _ in range(warmup):
+        run()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        run()
+        samples.append((time.perf_counter() - start) * 1000)
+    samples.sort()
+    return {
+        "median_ms": round(statistics.median(samples), 3),
+        "p95_ms": round(samples[int(len(samples) * 0.95) - 1], 3),
+        "runs": runs,
+    }
+
+
+# -- backends ---------------------------------------------------------------------------------------------
+def pg_dsn() -> str | None:
+    return os.environ.get("REPLAYSAFE_PG_DSN")
+
+
+@contextmanager
+def pg_schema(dsn: str, prefix: str) -> Iterator[str]:
+    import psycopg
+    from psycopg import sql
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+class RoundTrips:
+    """Counts statements sent to PostgreSQL (each ``execute`` is one round trip)."""
+
+    count = 0
+
+    @classmethod
+    def connection_class(cls) -> Any:
+        import psycopg
+
+        class CountingConnection(psycopg.AsyncConnection):  # type: ignore[type-arg]
+            async def execute(self, *args: Any, **kwargs: Any) -> Any:
+                cls.count += 1
+                return await super().execute(*args, **kwargs)
+
+        return CountingConnection
+
+
+def make_pg(dsn: str, schema: str, counting: bool = False) -> BaseCheckpointer:
+    from psycopg_pool import AsyncConnectionPool
+
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+    if not counting:
+        return PgCheckpointer(postgres_dsn=dsn, redis_url=os.environ.get("REPLAYSAFE_REDIS_URL"), schema=schema)
+
+    async def open_pool() -> AsyncConnectionPool:
+        pool = AsyncConnectionPool(
+            dsn, open=False, kwargs={"autocommit": True}, connection_class=RoundTrips.connection_class()
+        )
+        await pool.open()
+        return pool
+
+    return PgCheckpointer(pool=run_sync(open_pool()), schema=schema)
+
+
+# -- rows -------------------------------------------------------------------------------------------------
+def ours(cp: BaseCheckpointer, runs: int, warmup: int) -> dict[str, float]:
+    app = scenario.tenxgraph_app(cp)
+
+    def run() -> None:
+        result = app.invoke(scenario.tenxgraph_input(), {"thread_id": uuid.uuid4().hex})
+        assert result.final_text.startswith("Refunded"), result.final_text
+
+    return measure(run, runs, warmup)
+
+
+def ours_without_ledger(cp: BaseCheckpointer, runs: int, warmup: int) -> dict[str, float]:
+    """The same run with the ledger switched off (the internal flag the streaming path uses)."""
+    app = scenario.tenxgraph_app(cp)
+
+    async def consume() -> None:
+        cfg = RunConfig.parse({"thread_id": uuid.uuid4().hex})
+        async for _ in app._run(scenario.tenxgraph_input(), cfg, use_ledger=False):
+            pass
+
+    return measure(lambda: run_sync(consume()), runs, warmup)
+
+
+def langgraph(saver: Any, runs: int, warmup: int) -> dict[str, float]:
+    app = scenario.langgraph_app(saver)
+
+    def run() -> None:
+        out = app.invoke(scenario.langgraph_input(), {"configurable": {"thread_id": uuid.uuid4().hex}}, durability="sync")
+        assert out["messages"][-1].content.startswith("Refunded")
+
+    return measure(run, runs, warmup)
+
+
+def langgraph_installed() -> bool:
+    try:
+        import langgraph  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def crash_matrix_throughput(workdir: Path, hits_per_mode: int) -> dict[str, Any]:
+    """Cells per second of the harness on the support agent (SQLite), per mode."""
+    from examples.support_refund.agent import build_support_agent
+    from pytest_replaysafe.effects import Effects
+    from pytest_replaysafe.gaps import KNOWN_GAPS
+    from pytest_replaysafe.harness import CrashRun
+    from pytest_replaysafe.matrix import Cell
+    from tenxgraph import Message
+
+    out: dict[str, Any] = {}
+    points = ["run.before_node", "tool.after_record", "node.after_complete", "run.after_advance"]
+    for mode in ("inprocess", "sigkill"):
+        durations: list[float] = []
+        started = time.perf_counter()
+        cells = 0
+        while cells < hits_per_mode:
+            for point in points:
+                d = Path(tempfile.mkdtemp(dir=workdir))
+                cp = SqliteCheckpointer(d / "state.db")
+                run = CrashRun(nodeid=f"bench-{point}", cell=Cell(point, "sqlite", mode), checkpointer=cp,
+                               workdir=d, seed=1, rules=KNOWN_GAPS)
+                app = build_support_agent(cp, Effects(d / "effects.db"))
+                run.invoke(app, {"messages": [Message.text_message("refund order 1042")]})
+                cells += len(run.results)
+                durations += [r.duration_s * 1000 for r in run.results]
+                cp.close()
+        elapsed = time.perf_counter() - started
+        out[mode] = {
+            "cells": cells,
+            "cells_per_s": round(cells / elapsed, 1),
+            "median_cell_ms": round(statistics.median(durations), 2),
+            "note": "a cell = one crashed-and-resumed hit; per-item clean runs are included in cells_per_s",
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="fewer runs (a smoke test)")
+    args = parser.parse_args()
+    runs = 30 if args.quick else args.runs
+    warmup = 5 if args.quick else 20
+    rows: list[dict[str, Any]] = []
+    ledger: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="tenxbench-"))
+    lg = langgraph_installed()
+
+    def add(runtime: str, backend: str, figures: dict[str, float]) -> None:
+        rows.append({"runtime": runtime, "backend": backend, **figures})
+        print(f"  {runtime:10} {backend:9} median {figures['median_ms']:8.3f} ms  p95 {figures['p95_ms']:8.3f} ms", flush=True)
+
+    print("refund scenario, one run = 1 user turn, 2 parallel tool calls, final answer")
+    add("tenxgraph", "memory", ours(InMemoryCheckpointer(), runs, warmup))
+    ledger["memory"] = ours_without_ledger(InMemoryCheckpointer(), runs, warmup)
+    sqlite_cp = SqliteCheckpointer(tmp / "ours.db")
+    add("tenxgraph", "sqlite", ours(sqlite_cp, runs, warmup))
+    ledger["sqlite"] = ours_without_ledger(sqlite_cp, runs, warmup)
+    if lg:
+        import sqlite3
+
+        from langgraph.checkpoint.memory import InMemorySaver
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        add("langgraph", "memory", langgraph(InMemorySaver(), runs, warmup))
+        saver = SqliteSaver(sqlite3.connect(tmp / "langgraph.db", check_same_thread=False))
+        saver.setup()
+        add("langgraph", "sqlite", langgraph(saver, runs, warmup))
+    dsn = pg_dsn()
+    if dsn:
+        with pg_schema(dsn, "bench_ours") as schema:
+            cp = make_pg(dsn, schema)
+            add("tenxgraph", "postgres", ours(cp, runs, warmup))
+            ledger["postgres"] = ours_without_ledger(cp, runs, warmup)
+            cp.close()
+            counted = make_pg(dsn, schema, counting=True)
+            ours(counted, 3, 2)
+            RoundTrips.count = 0
+            ours(counted, 10, 0)
+            extra["postgres_round_trips_per_run"] = RoundTrips.count / 10
+            extra["postgres_round_trips_note"] = (
+                "per run: thread read, start write, 3 node advances, 1 ledger read (one tool node), "
+                "2 ledger records (one per call)"
+            )
+        if lg:
+            from langgraph.checkpoint.postgres import PostgresSaver
+
+            with pg_schema(dsn, "bench_lg") as schema:
+                sep = "&" if "?" in dsn else "?"
+                with PostgresSaver.from_conn_string(f"{dsn}{sep}options=-csearch_path%3D{schema}") as saver:
+                    saver.setup()
+                    add("langgraph", "postgres", langgraph(saver, runs, warmup))
+    for backend, figures in ledger.items():
+        with_ledger = next(r for r in rows if r["runtime"] == "tenxgraph" and r["backend"] == backend)
+        ledger[backend] = {
+            "with_ledger_ms": with_ledger["median_ms"],
+            "without_ledger_ms": figures["median_ms"],
+            "per_tool_call_ms": round((with_ledger["median_ms"] - figures["median_ms"]) / 2, 3),
+        }
+    ratios: dict[str, float] = {}
+    for backend in TARGETS:
+        mine = [r for r in rows if r["runtime"] == "tenxgraph" and r["backend"] == backend]
+        theirs = [r for r in rows if r["runtime"] == "langgraph" and r["backend"] == backend]
+        if mine and theirs:
+            ratios[backend] = round(mine[0]["median_ms"] / theirs[0]["median_ms"], 3)
+    print("crash-matrix throughput (support agent on SQLite)...", flush=True)
+    extra["crash_matrix"] = crash_matrix_throughput(tmp, 12 if args.quick else 60)
+    result = {"scenario": "refund", "rows": rows, "ratios": ratios, "targets": TARGETS,
+              "ledger_cost": ledger, **extra, "python": sys.version.split()[0], "cpus": os.cpu_count()}
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print()
+    print(f"{'backend':9} {'ours ms':>9} {'langgraph ms':>13} {'ratio':>7} {'target':>7}")
+    for backend, target in TARGETS.items():
+        mine = next((r["median_ms"] for r in rows if r["runtime"] == "tenxgraph" and r["backend"] == backend), None)
+        theirs = next((r["median_ms"] for r in rows if r["runtime"] == "langgraph" and r["backend"] == backend), None)
+        ratio = ratios.get(backend)
+        mark = "" if ratio is None else (" ok" if ratio <= target else " MISSED")
+        print(f"{backend:9} {mine if mine is not None else '-':>9} {theirs if theirs is not None else '-':>13} "
+              f"{ratio if ratio is not None else '-':>7} {target:>7}{mark}")
+    print(f"ledger cost per tool call (ms): { {b: v['per_tool_call_ms'] for b, v in ledger.items()} }")
+    if "postgres_round_trips_per_run" in extra:
+        print(f"PostgreSQL round trips per run: {extra['postgres_round_trips_per_run']}")
+    for mode, figures in extra["crash_matrix"].items():
+        print(f"crash matrix {mode}: {figures['cells_per_s']} cells/s, median cell {figures['median_cell_ms']} ms")
+    print(f"written: {RESULTS}")
+    asyncio.set_event_loop_policy(None)
+
+
+if __name__ == "__main__":
+    main()
