@@ -5,6 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .PHONY: demo test lint typecheck check bench clean
+BENCH_VENV := .venv-bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,5 +34,15 @@ typecheck: $(STAMP)
 
 check: lint typecheck test
 
+# Ours vs LangGraph, in a venv of its own (LangGraph's dependencies stay out of the test venv).
+$(BENCH_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e ".[dev,bench]"
+	touch $@
+
+bench: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python -m benchmarks.bench
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache crash-matrix.json crash-matrix.md
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache crash-matrix.json crash-matrix.md

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from datetime import timedelta
 
 from tenxgraph.core.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, ThreadSnapshot
@@ -49,6 +50,13 @@ class SpyCheckpointer(BaseCheckpointer):
 
     async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
         return await self.inner.alist_tool_results(thread_id)
+
+    async def aprune_tool_executions(
+        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+    ) -> int:
+        return await self.inner.aprune_tool_executions(
+            older_than, include_resumable=include_resumable, batch_size=batch_size
+        )
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self.inner.adelete_thread(thread_id)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -304,15 +306,28 @@ def test_unserialisable_result_is_a_clear_error_naming_the_tool(
     assert result.final_text == "done"
 
 
-def test_streaming_runs_tools_without_the_ledger(
-    checkpointer: BaseCheckpointer, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_streaming_runs_use_the_ledger_and_flag_replays(checkpointer: BaseCheckpointer) -> None:
     fx = Effects()
     script = [Reply(tool_calls=[("refund_order", {})]), "done"]
-    with caplog.at_level(logging.WARNING, logger="tenxgraph"):
-        events = list(
-            agent(checkpointer, script, [fx.tool("refund_order")]).stream({"messages": MSG}, {"thread_id": "t"})
-        )
+    with crashpoints.armed("node.after_complete", hit=2), pytest.raises(CrashInjected):
+        list(agent(checkpointer, script, [fx.tool("refund_order")]).stream({"messages": MSG}, {"thread_id": "t"}))
+    assert len(checkpointer.list_tool_results("t")) == 1  # recorded while streaming
+    events = list(agent(checkpointer, script, [fx.tool("refund_order")]).stream(None, {"thread_id": "t"}))
+    assert fx.runs["refund_order"] == 1  # replayed, not re-run
+    tool_event = next(e for e in events if e.node == "TOOL")
+    assert tool_event.replayed and tool_event.messages[0].metadata["replayed"] is True
+    assert not any(e.replayed for e in events if e.node != "TOOL")
     assert events[-1].result is not None and events[-1].result.final_text == "done"
-    assert checkpointer.list_tool_results("t") == {}  # documented gap: streaming has no ledger yet
-    assert "documented gap 'streaming'" in caplog.text
+
+
+def test_prune_keeps_the_ledger_of_an_interrupted_run(checkpointer: BaseCheckpointer) -> None:
+    fx = Effects()
+    script = [Reply(tool_calls=[("refund_order", {})]), "done"]
+    with crashpoints.armed("tool.after_record", hit=1), pytest.raises(CrashInjected):
+        agent(checkpointer, script, [fx.tool("refund_order")]).invoke({"messages": MSG}, {"thread_id": "t"})
+    time.sleep(0.01)
+    checkpointer.prune_tool_executions(timedelta(0))  # the thread is resumable: its records stay
+    agent(checkpointer, script, [fx.tool("refund_order")]).invoke(None, {"thread_id": "t"})
+    assert fx.runs["refund_order"] == 1
+    checkpointer.prune_tool_executions(timedelta(0))  # finished now: prunable
+    assert checkpointer.list_tool_results("t") == {}

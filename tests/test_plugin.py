@@ -63,8 +63,8 @@ def test_without_the_option_a_marked_test_runs_once(pytester: pytest.Pytester) -
 def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> None:
     write(pytester, PROTECTED)
     result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "--crash-seed=7", "-v")
-    # 3 points x (memory: inprocess + n/a sigkill, sqlite: inprocess + sigkill)
-    result.assert_outcomes(passed=9, skipped=3)
+    # 3 points x (memory: inprocess, stream + n/a sigkill; sqlite: inprocess, sigkill, stream)
+    result.assert_outcomes(passed=15, skipped=3)
     result.stdout.fnmatch_lines(
         [
             "*test_refund?tool.after_record-sqlite-sigkill? PASSED*",
@@ -77,13 +77,17 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
     after_record = [c for c in data["cells"] if c["point"] == "tool.after_record" and c["outcome"] != "not_applicable"]
     assert {(c["backend"], c["mode"], c["hit"]) for c in after_record} == {
         ("memory", "inprocess", 1),
+        ("memory", "stream", 1),
         ("sqlite", "inprocess", 1),
         ("sqlite", "sigkill", 1),
+        ("sqlite", "stream", 1),
     }
     assert all(list(c["executions"].values()) == [1] for c in after_record)
+    streamed = [c for c in data["cells"] if c["mode"] == "stream"]
+    assert streamed and {c["outcome"] for c in streamed} == {"protected"}  # streaming is no longer a gap
     before_node = [c for c in data["cells"] if c["point"] == "run.before_node" and c["backend"] == "sqlite"]
     assert sorted({c["hit"] for c in before_node}) == [1, 2, 3]  # MAIN, TOOL, MAIN: one cell per hit
-    assert data["summary"]["protected"] == 3 * (1 + 3 + 3) and data["summary"]["violation"] == 0  # hits per point
+    assert data["summary"]["protected"] == 5 * (1 + 3 + 3) and data["summary"]["violation"] == 0  # hits per point
     assert data["summary"]["not_applicable"] == 3
     cell = after_record[0]
     assert set(cell) == {
@@ -115,7 +119,7 @@ def test_refund(crash_run, effects):
 """,
     )
     result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "-rx")
-    result.assert_outcomes(xfailed=12, skipped=4)
+    result.assert_outcomes(xfailed=20, skipped=4)  # 4 points x 5 columns; memory/sigkill n/a
     result.stdout.fnmatch_lines(["*known gap after_return*", "*known gap in_flight*"])
     data = report(pytester, result)
     gaps = {(c["point"], c["gap"]) for c in data["cells"] if c["outcome"] == "known_gap"}
@@ -169,7 +173,7 @@ def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) ->
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=amnesiac,sqlite", "--crash-report=matrix.json"
     )
-    result.assert_outcomes(passed=4, failed=4)
+    result.assert_outcomes(passed=6, failed=6)
     result.stdout.fnmatch_lines(
         [
             "*VIOLATION*amnesiac*executed 2 times*",
@@ -181,7 +185,7 @@ def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) ->
     for c in data["cells"]:
         if c["backend"] == "amnesiac":
             broken.setdefault((c["point"], c["mode"]), set()).add(c["outcome"])
-    assert len(broken) == 4 and all("violation" in outcomes for outcomes in broken.values())
+    assert len(broken) == 6 and all("violation" in outcomes for outcomes in broken.values())
     # hits with nothing to replay (the model node's crash before any tool ran) are rightly protected
     assert {c["hit"] for c in data["cells"] if c["outcome"] == "violation"} == {1, 2}
     assert {c["outcome"] for c in data["cells"] if c["backend"] == "sqlite"} == {"protected"}
@@ -284,9 +288,9 @@ def test_junit_xml_gets_per_cell_properties(pytester: pytest.Pytester) -> None:
 def test_works_under_xdist(pytester: pytest.Pytester) -> None:
     write(pytester, PROTECTED)
     result = run(pytester, "--crash-matrix", "-n", "2", "--crash-report=matrix.json", "--crash-seed=11")
-    result.assert_outcomes(passed=9, skipped=3)
+    result.assert_outcomes(passed=15, skipped=3)
     data = report(pytester, result)
-    assert data["seed"] == 11 and data["summary"]["protected"] == 21  # cells came back from the workers
+    assert data["seed"] == 11 and data["summary"]["protected"] == 35  # cells came back from the workers
 
 
 def test_user_suite_fixtures_and_faker_seeded_from_the_cell(pytester: pytest.Pytester) -> None:

@@ -1,9 +1,9 @@
 """A side-effect provider simulator: durable, countable effects that honour idempotency keys like a payment API.
 
-Tools call ``effects.apply("refund", {"order": "1042"}, idempotency_key=...)``. The effect is stored in a SQLite file
-(so it survives a kill -9 and is visible to every process of the cell). A key seen before returns the first result
-without applying the effect again. Right after an effect is applied, the crash point ``tool.in_flight`` fires: the
-effect is done, the tool has not returned.
+Tools call ``effects.apply("refund", {"order": "1042"}, idempotency_key=...)``. The effect is stored in a SQLite
+file (WAL, so it survives a kill -9 of the applying process and is visible to every process of the cell). A key
+seen before returns the first result without applying the effect again. Right after an effect is applied, the
+crash point ``tool.in_flight`` fires: the effect is done, the tool has not returned.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Effects:
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: an applied effect survives a killed process
         return conn
 
     def apply(self, kind: str, payload: Any = None, idempotency_key: str | None = None) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 #: Conditions of a single call that leave it unprotected, whatever the crash point.
-CONDITIONS = ("in_flight", "after_return", "timeout", "missing_id", "streaming")
+CONDITIONS = ("in_flight", "after_return", "timeout", "missing_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,6 @@ KNOWN_GAPS: tuple[GapRule, ...] = (
         point="ledger.read_error",
     ),
     GapRule("timeout", "a timed-out call is cancelled and not recorded; it runs again on replay", condition="timeout"),
-    GapRule("streaming", "stream/astream run tools without the ledger", condition="streaming"),
     GapRule("missing_ids", "a call without message id or tool_call_id has no ledger key", condition="missing_id"),
 )
 

@@ -85,7 +85,7 @@ class CrashRun:
     def stream(
         self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
     ) -> RunResult[Any]:
-        """Like :meth:`invoke`, driving the run through ``stream`` (documented gap: no ledger)."""
+        """Like :meth:`invoke`, driving every run through ``stream`` (the same ledger path as ``invoke``)."""
         return self._drive(app, input, dict(config or {}), stream=True)
 
     def conversation(
@@ -113,17 +113,13 @@ class CrashRun:
     ) -> RunResult[Any]:
         graph = app.copy(self.checkpointer)  # a new graph object every run
         cfg = {**config, "thread_id": thread}
-        if isinstance(input, list):
-            result = None
-            for turn in input:
-                result = graph.invoke(turn, cfg)
-            assert result is not None
-            return result
-        if not stream:
-            return graph.invoke(input, cfg)
         result = None
-        for event in graph.stream(input, cfg):
-            result = event.result or result
+        for turn in input if isinstance(input, list) else [input]:
+            if not stream:
+                result = graph.invoke(turn, cfg)
+                continue
+            for event in graph.stream(turn, cfg):
+                result = event.result or result
         assert result is not None
         return result
 
@@ -153,6 +149,7 @@ class CrashRun:
     def _matrix(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
         assert self.cell is not None
         cell = self.cell
+        stream = stream or cell.mode == "stream"
         clean_thread = self._new_thread("clean")
         with crashpoints.counting() as counts:
             clean = self._run(app, input, clean_thread, config, stream)

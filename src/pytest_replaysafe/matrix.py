@@ -17,7 +17,8 @@ import pytest
 from pytest_replaysafe import services
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
-MODES = ("inprocess", "sigkill")
+MODES = ("inprocess", "sigkill", "stream")
+"""``stream`` is ``inprocess`` with the crashing run and the resume both driven through ``astream``."""
 #: Points that only exist when a fixture that fires them is in use.
 FIXTURE_POINTS = {"tool.in_flight": "effects"}
 
@@ -52,7 +53,7 @@ def _memory(request: pytest.FixtureRequest) -> BaseCheckpointer:
 def _sqlite(request: pytest.FixtureRequest) -> BaseCheckpointer:
     from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
-    path: Path = request.getfixturevalue("tmp_path") / "replaysafe.db"
+    path: Path = request.getfixturevalue("replaysafe_workdir") / "replaysafe.db"
     cp = SqliteCheckpointer(path)
     request.addfinalizer(cp.close)
     return cp

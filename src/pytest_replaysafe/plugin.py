@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,9 +282,21 @@ def _replaysafe_seed_faker(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture
-def replaysafe_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A scratch folder shared by every process of one cell (execution log, effects, markers)."""
-    return tmp_path_factory.mktemp("replaysafe")
+def replaysafe_workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A scratch folder shared by every process of one cell (execution log, effects, markers, SQLite files).
+
+    On tmpfs (``/dev/shm``) when there is one, or under ``$REPLAYSAFE_WORKDIR``: the matrix kills processes, not
+    the machine, so flushing to a disk would only slow it down; the code path (WAL, locks, processes) is the same.
+    """
+    base = os.environ.get("REPLAYSAFE_WORKDIR") or ("/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
+    if base is None:
+        yield tmp_path_factory.mktemp("replaysafe")
+        return
+    path = Path(tempfile.mkdtemp(prefix="replaysafe-", dir=base))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -76,6 +76,11 @@ class StreamEvent:
     update: dict[str, Any] = field(default_factory=dict)
     result: RunResult[Any] | None = None
 
+    @property
+    def replayed(self) -> bool:
+        """True if a tool result of this event was replayed from the ledger instead of executed (for UIs)."""
+        return any(m.metadata.get("replayed") for m in self.messages)
+
 
 def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
@@ -119,17 +124,9 @@ class CompiledGraph(Generic[S]):
     async def astream(
         self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None
     ) -> AsyncIterator[StreamEvent]:
-        """Like ``ainvoke``, yielding an event per finished node and a final one with the result.
-
-        Known gap (documented): streaming runs execute tools *without* the replay ledger.
-        """
-        cfg = RunConfig.parse(config)
-        log.warning(
-            "thread %r runs through astream/stream, which executes tools without the replay ledger "
-            "(documented gap 'streaming'); use invoke/ainvoke where tools have side effects",
-            cfg.thread_id,
-        )
-        async for event in self._run(input, cfg, use_ledger=False):
+        """Like ``ainvoke`` (the same run loop and ledger), yielding an event per finished node and a final one
+        with the result. A replayed tool result shows as ``event.replayed``."""
+        async for event in self._run(input, RunConfig.parse(config), use_ledger=True):
             yield event
 
     def stream(self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> Iterator[StreamEvent]:

@@ -14,7 +14,7 @@ class RunContext:
     config: RunConfig
     checkpointer: BaseCheckpointer
     node: str
-    #: False only on the streaming path, which (documented gap) runs tools without the ledger.
+    #: False only to measure what the ledger costs (benchmarks); every public entry point uses the ledger.
     use_ledger: bool = True
 
     @property

@@ -19,6 +19,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from tenxgraph.core.state.messages import JSON, Message, dumps
@@ -92,6 +93,16 @@ class BaseCheckpointer(ABC):
     async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
         """Every ledger record of the thread (for inspection and tests)."""
 
+    @abstractmethod
+    async def aprune_tool_executions(
+        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+    ) -> int:
+        """Delete ledger records created more than *older_than* ago, in batches; return how many were deleted.
+
+        Records of a thread whose run is still resumable (status ``running`` or ``error``) are kept unless
+        ``include_resumable=True``: pruning them would let a resume re-run calls that already happened.
+        """
+
     # -- lifecycle --------------------------------------------------------------------------------------
     @abstractmethod
     async def adelete_thread(self, thread_id: str) -> None:
@@ -131,6 +142,13 @@ class BaseCheckpointer(ABC):
     def list_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
         return run_sync(self.alist_tool_results(thread_id))
 
+    def prune_tool_executions(
+        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+    ) -> int:
+        return run_sync(
+            self.aprune_tool_executions(older_than, include_resumable=include_resumable, batch_size=batch_size)
+        )
+
     def delete_thread(self, thread_id: str) -> None:
         run_sync(self.adelete_thread(thread_id))
 
@@ -144,6 +162,18 @@ class BaseCheckpointer(ABC):
 def encode_messages(messages: Iterable[Message]) -> list[tuple[str, str]]:
     """``(message_id, json)`` pairs, raising a clear error for a message that cannot be stored."""
     return [(m.message_id, dumps(m.to_dict(), f"message {m.message_id}")) for m in messages]
+
+
+RESUMABLE_STATUSES = ("running", "error")
+
+
+def check_prune_args(older_than: timedelta, batch_size: int) -> float:
+    """The cutoff in seconds; clear errors for a negative age or a batch size below 1."""
+    if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+        raise ConfigError(f"older_than must be a timedelta >= 0, got {older_than!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    return older_than.total_seconds()
 
 
 def decode_record(text: str | bytes | dict[str, Any]) -> dict[str, JSON]:

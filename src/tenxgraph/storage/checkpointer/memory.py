@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Sequence
+from datetime import timedelta
 
 from tenxgraph.core.state.messages import JSON, Message, dumps
 from tenxgraph.errors import StaleStateError
 from tenxgraph.storage.checkpointer.base import (
+    RESUMABLE_STATUSES,
     BaseCheckpointer,
     ThreadSnapshot,
+    check_prune_args,
     check_thread_id,
     decode_record,
     encode_messages,
@@ -27,7 +31,7 @@ class InMemoryCheckpointer(BaseCheckpointer):
         self._lock = threading.Lock()
         self._threads: dict[str, tuple[int, str]] = {}
         self._messages: dict[str, dict[str, str]] = {}  # thread -> message_id -> json (insertion ordered)
-        self._ledger: dict[str, dict[str, str]] = {}
+        self._ledger: dict[str, dict[str, tuple[float, str]]] = {}  # thread -> key -> (created_at, json)
 
     async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
         with self._lock:
@@ -73,7 +77,7 @@ class InMemoryCheckpointer(BaseCheckpointer):
     async def aget_tool_results(self, thread_id: str, keys: Sequence[str]) -> dict[str, dict[str, JSON]]:
         with self._lock:
             ledger = self._ledger.get(check_thread_id(thread_id), {})
-            found = {k: ledger[k] for k in keys if k in ledger}
+            found = {k: ledger[k][1] for k in keys if k in ledger}
         return {k: decode_record(v) for k, v in found.items()}
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
@@ -82,13 +86,35 @@ class InMemoryCheckpointer(BaseCheckpointer):
             ledger = self._ledger.setdefault(check_thread_id(thread_id), {})
             if key in ledger:
                 return False
-            ledger[key] = text
+            ledger[key] = (time.time(), text)
             return True
 
     async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
         with self._lock:
-            items = dict(self._ledger.get(check_thread_id(thread_id), {}))
+            items = {k: v[1] for k, v in self._ledger.get(check_thread_id(thread_id), {}).items()}
         return {k: decode_record(v) for k, v in items.items()}
+
+    async def aprune_tool_executions(
+        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+    ) -> int:
+        cutoff = time.time() - check_prune_args(older_than, batch_size)
+        deleted = 0
+        with self._lock:
+            for thread_id, ledger in self._ledger.items():
+                if not include_resumable and self._resumable(thread_id):
+                    continue
+                old = [k for k, (created, _) in ledger.items() if created < cutoff]
+                for key in old:
+                    del ledger[key]
+                deleted += len(old)
+        return deleted
+
+    def _resumable(self, thread_id: str) -> bool:
+        row = self._threads.get(thread_id)
+        if row is None:
+            return False
+        meta = json.loads(row[1]).get("meta") or {}
+        return meta.get("status") in RESUMABLE_STATUSES
 
     async def adelete_thread(self, thread_id: str) -> None:
         with self._lock:

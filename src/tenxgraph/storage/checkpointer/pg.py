@@ -22,13 +22,16 @@ import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tenxgraph.core.state.messages import JSON, Message, dumps
 from tenxgraph.errors import ConfigError, StaleStateError
 from tenxgraph.storage.checkpointer.base import (
+    RESUMABLE_STATUSES,
     BaseCheckpointer,
     ThreadSnapshot,
+    check_prune_args,
     check_thread_id,
     encode_messages,
 )
@@ -137,7 +140,12 @@ class PgCheckpointer(BaseCheckpointer):
         self._ready = False
         self._open_lock: asyncio.Lock | None = None
         self._cache_tasks: set[asyncio.Task[bool]] = set()
-        self._q = {name: sql.SQL(text).format(schema=sql.Identifier(self.schema)) for name, text in _QUERIES.items()}
+        # Rendered once to plain strings (the schema is a validated identifier): psycopg caches the parsing of
+        # str queries, while a sql.Composed is converted again on every call.
+        self._q = {
+            name: sql.SQL(text).format(schema=sql.Identifier(self.schema)).as_string()
+            for name, text in _QUERIES.items()
+        }
 
     def __repr__(self) -> str:
         cache = " +redis" if (self.redis_url or self._user_redis) else ""
@@ -360,6 +368,25 @@ class PgCheckpointer(BaseCheckpointer):
 
         return await self._retrying("ledger read", op)
 
+    async def aprune_tool_executions(
+        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+    ) -> int:
+        """Batched deletes along the ``created_at`` index; each batch is its own short transaction."""
+        check_prune_args(older_than, batch_size)
+        deleted = 0
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> int:
+            cur = await conn.execute(
+                self._q["prune"], (older_than, include_resumable, list(RESUMABLE_STATUSES), batch_size)
+            )
+            return cur.rowcount
+
+        while True:
+            batch = await self._retrying("ledger prune", op)
+            deleted += batch
+            if batch < batch_size:
+                return deleted
+
     async def adelete_thread(self, thread_id: str) -> None:
         check_thread_id(thread_id)
 
@@ -480,6 +507,14 @@ _QUERIES = {
         INSERT INTO {schema}.tool_executions (thread_id, key, result) VALUES (%s, %s, %s::text::jsonb)
         ON CONFLICT (thread_id, key) DO NOTHING""",
     "list_results": "SELECT key, result FROM {schema}.tool_executions WHERE thread_id = %s ORDER BY created_at, key",
+    "prune": """
+        DELETE FROM {schema}.tool_executions WHERE ctid IN (
+            SELECT te.ctid FROM {schema}.tool_executions te
+            WHERE te.created_at < now() - %s::interval
+              AND (%s OR NOT EXISTS (
+                  SELECT 1 FROM {schema}.threads t
+                  WHERE t.thread_id = te.thread_id AND t.state->'meta'->>'status' = ANY(%s)))
+            LIMIT %s)""",
     "delete_results": "DELETE FROM {schema}.tool_executions WHERE thread_id = %s",
     "delete_messages": "DELETE FROM {schema}.messages WHERE thread_id = %s",
     "delete_thread": "DELETE FROM {schema}.threads WHERE thread_id = %s",

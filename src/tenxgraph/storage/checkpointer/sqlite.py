@@ -16,13 +16,16 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 from tenxgraph.core.state.messages import JSON, Message, dumps
 from tenxgraph.errors import ConfigError, StaleStateError
 from tenxgraph.storage.checkpointer.base import (
+    RESUMABLE_STATUSES,
     BaseCheckpointer,
     ThreadSnapshot,
+    check_prune_args,
     check_thread_id,
     decode_record,
     encode_messages,
@@ -52,7 +55,16 @@ CREATE TABLE IF NOT EXISTS tool_executions (
 );
 CREATE INDEX IF NOT EXISTS tool_executions_created_at ON tool_executions (created_at);
 """
-_MAX_VARS = 500  # keys per IN (...) list, well under SQLite's variable limit
+_MAX_VARS = 500
+_PRUNE = """
+DELETE FROM tool_executions WHERE rowid IN (
+    SELECT te.rowid FROM tool_executions te
+    WHERE te.created_at < ?
+      AND (? OR NOT EXISTS (
+          SELECT 1 FROM threads t
+          WHERE t.thread_id = te.thread_id AND json_extract(t.state, '$.meta.status') IN (?, ?)))
+    LIMIT ?)
+"""  # keys per IN (...) list, well under SQLite's variable limit
 
 
 class SqliteCheckpointer(BaseCheckpointer):
@@ -177,6 +189,18 @@ class SqliteCheckpointer(BaseCheckpointer):
             (check_thread_id(thread_id),),
         )
         return {str(k): decode_record(str(v)) for k, v in rows}
+
+    async def aprune_tool_executions(
+        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+    ) -> int:
+        cutoff = time.time() - check_prune_args(older_than, batch_size)
+        deleted = 0
+        while True:  # short transactions: other processes can write between batches
+            with self._tx() as conn:
+                cur = conn.execute(_PRUNE, (cutoff, int(include_resumable), *RESUMABLE_STATUSES, batch_size))
+                deleted += cur.rowcount
+            if cur.rowcount < batch_size:
+                return deleted
 
     async def adelete_thread(self, thread_id: str) -> None:
         with self._tx() as conn:
