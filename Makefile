@@ -26,8 +26,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -28,19 +28,31 @@ RESULTS = Path(__file__).with_name("results.json")
 
 
 def measure(run: Callable[[], Any], runs: int, warmup: int) -> dict[str, float]:
-    for _ in range(warmup):
-        run()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        run()
-        samples.append((time.perf_counter() - start) * 1000)
-    samples.sort()
-    return {
-        "median_ms": round(statistics.median(samples), 3),
-        "p95_ms": round(samples[int(len(samples) * 0.95) - 1], 3),
-        "runs": runs,
-    }
+    return compare({"x": run}, runs, warmup)["x"]
+
+
+def compare(contenders: dict[str, Callable[[], Any]], runs: int, warmup: int) -> dict[str, dict[str, float]]:
+    """Time each contender *runs* times, interleaved in chunks of 10 so that drift on a shared machine (other
+    load, CPU frequency) hits every contender alike; the ratios of medians are what to compare."""
+    for run in contenders.values():
+        for _ in range(warmup):
+            run()
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(0, runs, 10):
+        for name, run in contenders.items():
+            for _ in range(10):
+                start = time.perf_counter()
+                run()
+                samples[name].append((time.perf_counter() - start) * 1000)
+    out = {}
+    for name, values in samples.items():
+        values.sort()
+        out[name] = {
+            "median_ms": round(statistics.median(values), 3),
+            "p95_ms": round(values[int(len(values) * 0.95) - 1], 3),
+            "runs": len(values),
+        }
+    return out
 
 
 # -- backends ---------------------------------------------------------------------------------------------
@@ -72,7 +84,7 @@ class RoundTrips:
     def connection_class(cls) -> Any:
         import psycopg
 
-        class CountingConnection(psycopg.AsyncConnection):  # type: ignore[type-arg]
+        class CountingConnection(psycopg.AsyncConnection):
             async def execute(self, *args: Any, **kwargs: Any) -> Any:
                 cls.count += 1
                 return await super().execute(*args, **kwargs)
@@ -98,19 +110,27 @@ def make_pg(dsn: str, schema: str, counting: bool = False) -> BaseCheckpointer:
     return PgCheckpointer(pool=run_sync(open_pool()), schema=schema)
 
 
+def close_pg(cp: BaseCheckpointer) -> None:
+    """Close a checkpointer and, for the counting variant, the pool it was given."""
+    pool = getattr(cp, "_user_pool", None)
+    cp.close()
+    if pool is not None:
+        run_sync(pool.close())
+
+
 # -- rows -------------------------------------------------------------------------------------------------
-def ours(cp: BaseCheckpointer, runs: int, warmup: int) -> dict[str, float]:
+def ours(cp: BaseCheckpointer) -> Callable[[], None]:
     app = scenario.tenxgraph_app(cp)
 
     def run() -> None:
         result = app.invoke(scenario.tenxgraph_input(), {"thread_id": uuid.uuid4().hex})
         assert result.final_text.startswith("Refunded"), result.final_text
 
-    return measure(run, runs, warmup)
+    return run
 
 
-def ours_without_ledger(cp: BaseCheckpointer, runs: int, warmup: int) -> dict[str, float]:
-    """The same run with the ledger switched off (the internal flag the streaming path uses)."""
+def ours_without_ledger(cp: BaseCheckpointer) -> Callable[[], None]:
+    """The same run with the ledger switched off (the internal flag kept for this measurement)."""
     app = scenario.tenxgraph_app(cp)
 
     async def consume() -> None:
@@ -118,19 +138,18 @@ def ours_without_ledger(cp: BaseCheckpointer, runs: int, warmup: int) -> dict[st
         async for _ in app._run(scenario.tenxgraph_input(), cfg, use_ledger=False):
             pass
 
-    return measure(lambda: run_sync(consume()), runs, warmup)
+    return lambda: run_sync(consume())
 
 
-def langgraph(saver: Any, runs: int, warmup: int) -> dict[str, float]:
+def langgraph(saver: Any) -> Callable[[], None]:
     app = scenario.langgraph_app(saver)
 
     def run() -> None:
-        out = app.invoke(
-            scenario.langgraph_input(), {"configurable": {"thread_id": uuid.uuid4().hex}}, durability="sync"
-        )
+        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        out = app.invoke(scenario.langgraph_input(), config, durability="sync")
         assert out["messages"][-1].content.startswith("Refunded")
 
-    return measure(run, runs, warmup)
+    return run
 
 
 def langgraph_installed() -> bool:
@@ -183,6 +202,13 @@ def crash_matrix_throughput(workdir: Path, hits_per_mode: int) -> dict[str, Any]
     return out
 
 
+def median_of(rows: list[dict[str, Any]], runtime: str, backend: str) -> float | None:
+    for row in rows:
+        if row["runtime"] == runtime and row["backend"] == backend:
+            return float(row["median_ms"])
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=200)
@@ -203,46 +229,56 @@ def main() -> None:
             flush=True,
         )
 
+    def backend_rows(backend: str, cp: BaseCheckpointer, saver: Any | None) -> None:
+        contenders = {"tenxgraph": ours(cp), "no_ledger": ours_without_ledger(cp)}
+        if saver is not None:
+            contenders["langgraph"] = langgraph(saver)
+        figures = compare(contenders, runs, warmup)
+        add("tenxgraph", backend, figures["tenxgraph"])
+        if saver is not None:
+            add("langgraph", backend, figures["langgraph"])
+        ledger[backend] = figures["no_ledger"]
+
     print("refund scenario, one run = 1 user turn, 2 parallel tool calls, final answer")
-    add("tenxgraph", "memory", ours(InMemoryCheckpointer(), runs, warmup))
-    ledger["memory"] = ours_without_ledger(InMemoryCheckpointer(), runs, warmup)
-    sqlite_cp = SqliteCheckpointer(tmp / "ours.db")
-    add("tenxgraph", "sqlite", ours(sqlite_cp, runs, warmup))
-    ledger["sqlite"] = ours_without_ledger(sqlite_cp, runs, warmup)
+    memory_saver = sqlite_saver = None
     if lg:
         import sqlite3
 
         from langgraph.checkpoint.memory import InMemorySaver
         from langgraph.checkpoint.sqlite import SqliteSaver
 
-        add("langgraph", "memory", langgraph(InMemorySaver(), runs, warmup))
-        saver = SqliteSaver(sqlite3.connect(tmp / "langgraph.db", check_same_thread=False))
-        saver.setup()
-        add("langgraph", "sqlite", langgraph(saver, runs, warmup))
+        memory_saver = InMemorySaver()
+        sqlite_saver = SqliteSaver(sqlite3.connect(tmp / "langgraph.db", check_same_thread=False))
+        sqlite_saver.setup()
+    backend_rows("memory", InMemoryCheckpointer(), memory_saver)
+    backend_rows("sqlite", SqliteCheckpointer(tmp / "ours.db"), sqlite_saver)
     dsn = pg_dsn()
     if dsn:
-        with pg_schema(dsn, "bench_ours") as schema:
+        with pg_schema(dsn, "bench_ours") as schema, pg_schema(dsn, "bench_lg") as lg_schema:
             cp = make_pg(dsn, schema)
-            add("tenxgraph", "postgres", ours(cp, runs, warmup))
-            ledger["postgres"] = ours_without_ledger(cp, runs, warmup)
+            if lg:
+                from langgraph.checkpoint.postgres import PostgresSaver
+
+                sep = "&" if "?" in dsn else "?"
+                with PostgresSaver.from_conn_string(f"{dsn}{sep}options=-csearch_path%3D{lg_schema}") as saver:
+                    saver.setup()
+                    backend_rows("postgres", cp, saver)
+            else:
+                backend_rows("postgres", cp, None)
             cp.close()
             counted = make_pg(dsn, schema, counting=True)
-            ours(counted, 3, 2)
+            run = ours(counted)
+            for _ in range(3):
+                run()
             RoundTrips.count = 0
-            ours(counted, 10, 0)
+            for _ in range(10):
+                run()
             extra["postgres_round_trips_per_run"] = RoundTrips.count / 10
             extra["postgres_round_trips_note"] = (
                 "per run: thread read, start write, 3 node advances, 1 ledger read (one tool node), "
                 "2 ledger records (one per call)"
             )
-        if lg:
-            from langgraph.checkpoint.postgres import PostgresSaver
-
-            with pg_schema(dsn, "bench_lg") as schema:
-                sep = "&" if "?" in dsn else "?"
-                with PostgresSaver.from_conn_string(f"{dsn}{sep}options=-csearch_path%3D{schema}") as saver:
-                    saver.setup()
-                    add("langgraph", "postgres", langgraph(saver, runs, warmup))
+            close_pg(counted)
     for backend, figures in ledger.items():
         with_ledger = next(r for r in rows if r["runtime"] == "tenxgraph" and r["backend"] == backend)
         ledger[backend] = {
@@ -252,10 +288,9 @@ def main() -> None:
         }
     ratios: dict[str, float] = {}
     for backend in TARGETS:
-        mine = [r for r in rows if r["runtime"] == "tenxgraph" and r["backend"] == backend]
-        theirs = [r for r in rows if r["runtime"] == "langgraph" and r["backend"] == backend]
-        if mine and theirs:
-            ratios[backend] = round(mine[0]["median_ms"] / theirs[0]["median_ms"], 3)
+        ours_ms, theirs_ms = median_of(rows, "tenxgraph", backend), median_of(rows, "langgraph", backend)
+        if ours_ms is not None and theirs_ms is not None:
+            ratios[backend] = round(ours_ms / theirs_ms, 3)
     print("crash-matrix throughput (support agent on SQLite)...", flush=True)
     cells_dir = Path(tempfile.mkdtemp(dir="/dev/shm")) if os.access("/dev/shm", os.W_OK) else tmp  # as the plugin
     extra["crash_matrix"] = crash_matrix_throughput(cells_dir, 12 if args.quick else 60)
@@ -273,14 +308,11 @@ def main() -> None:
     print()
     print(f"{'backend':9} {'ours ms':>9} {'langgraph ms':>13} {'ratio':>7} {'target':>7}")
     for backend, target in TARGETS.items():
-        mine = next((r["median_ms"] for r in rows if r["runtime"] == "tenxgraph" and r["backend"] == backend), None)
-        theirs = next((r["median_ms"] for r in rows if r["runtime"] == "langgraph" and r["backend"] == backend), None)
+        ours_ms, theirs_ms = median_of(rows, "tenxgraph", backend), median_of(rows, "langgraph", backend)
         ratio = ratios.get(backend)
-        mark = "" if ratio is None else (" ok" if ratio <= target else " MISSED")
-        print(
-            f"{backend:9} {mine if mine is not None else '-':>9} {theirs if theirs is not None else '-':>13} "
-            f"{ratio if ratio is not None else '-':>7} {target:>7}{mark}"
-        )
+        verdict = "" if ratio is None else (" ok" if ratio <= target else " MISSED")
+        cells = [str(v) if v is not None else "-" for v in (ours_ms, theirs_ms, ratio)]
+        print(f"{backend:9} {cells[0]:>9} {cells[1]:>13} {cells[2]:>7} {target:>7}{verdict}")
     print(f"ledger cost per tool call (ms): { {b: v['per_tool_call_ms'] for b, v in ledger.items()} }")
     if "postgres_round_trips_per_run" in extra:
         print(f"PostgreSQL round trips per run: {extra['postgres_round_trips_per_run']}")

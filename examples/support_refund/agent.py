@@ -48,7 +48,7 @@ def build_support_agent(
             "Refunded 20.00 EUR on order 1042.",
         ]
     )
-    agent = ReactAgent(
+    agent: ReactAgent[Any] = ReactAgent(
         model,
         system_prompt="You are a support agent. Refund only delivered orders.",
         tools=[lookup_order, make_refund_order(payments or LocalProvider())],

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from tenxgraph.core.crashpoints import crash_point, declare
 from tenxgraph.core.graph.context import RunContext
 from tenxgraph.core.graph.tools import Tool, ToolArgumentError, ToolOutput
-from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock, dumps
+from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock
 from tenxgraph.errors import SerializationError, ToolTimeoutError
 from tenxgraph.utils.constants import LOGGER_NAME
 
@@ -230,8 +230,9 @@ async def _execute(
 async def _record(execution: ToolExecution, key: str, ctx: RunContext) -> ToolExecution:
     name = execution.call.name
     try:
-        record = encode_record(execution)
-        dumps(record, f"the result of tool {name!r}")
+        crash_point("ledger.write_error")
+        # The checkpointer encodes the record once; an unserialisable result raises SerializationError there.
+        await ctx.checkpointer.aput_tool_result(ctx.thread_id, key, encode_record(execution))
     except SerializationError as exc:
         log.error(
             "tool %r completed but its result was not recorded in the ledger (key %r, thread %r): %s. "
@@ -243,9 +244,6 @@ async def _record(execution: ToolExecution, key: str, ctx: RunContext) -> ToolEx
         )
         text = f"tool {name!r} returned a value that cannot be stored as JSON: {exc.__cause__ or exc}"
         return _error(execution.call, key, text)
-    try:
-        crash_point("ledger.write_error")
-        await ctx.checkpointer.aput_tool_result(ctx.thread_id, key, record)
     except Exception as exc:
         log.error(
             "tool %r completed but its result was not recorded in the ledger (key %r, thread %r): %s: %s. "
