@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from tenxgraph import current_tool_call
-
 
 class Provider(Protocol):
     def apply(self, kind: str, payload: Any = None, idempotency_key: str | None = None) -> dict[str, Any]: ...
@@ -30,11 +28,3 @@ class LocalProvider:
         if idempotency_key is not None:
             self._by_key[idempotency_key] = result
         return result
-
-
-def idempotency_key() -> str:
-    """The current tool call's stable key: identical when a crashed call is replayed or re-run."""
-    call = current_tool_call()
-    if call is None:
-        raise RuntimeError("idempotency_key() is only available inside a tool body")
-    return call.idempotency_key

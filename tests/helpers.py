@@ -48,6 +48,10 @@ class SpyCheckpointer(BaseCheckpointer):
         self.calls["put_tool_result"] += 1
         return await self.inner.aput_tool_result(thread_id, key, record)
 
+    async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        self.calls["put_tool_intent"] += 1
+        return await self.inner.aput_tool_intent(thread_id, key, record)
+
     async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
         return await self.inner.alist_tool_results(thread_id)
 

@@ -78,7 +78,7 @@ def test_setup_is_idempotent_and_safe_concurrently(pg_dsn: str, pg_schema: str) 
     assert errors == []
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(sql.Identifier(pg_schema)))
-        assert [r[0] for r in rows] == [1]
+        assert [r[0] for r in rows] == [1, 2]
         cols = conn.execute(
             "SELECT data_type FROM information_schema.columns "
             "WHERE table_schema = %s AND table_name = 'tool_executions' AND column_name = 'key'",
@@ -304,3 +304,32 @@ def test_support_agent_on_postgres_in_process(pg_redis_checkpointer: PgCheckpoin
     result = build_support_agent(pg_redis_checkpointer, payments).invoke(None, {"thread_id": "t"})
     assert payments.effects == [("refund", {"order": "1042", "amount": 20.0})]
     assert result.final_text == "Refunded 20.00 EUR on order 1042."
+
+
+def test_schema_v1_is_migrated_in_place(pg_dsn: str, pg_schema: str) -> None:
+    """A database written by schema version 1 (no ledger status) gains the column; its records read as results."""
+    from tenxgraph.storage.checkpointer import pg as pg_module
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        schema = sql.Identifier(pg_schema)
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {}.schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ "
+                "NOT NULL DEFAULT now())"
+            ).format(schema)
+        )
+        for statement in pg_module._MIGRATIONS[1]:
+            conn.execute(sql.SQL(statement).format(schema=schema))  # type: ignore[arg-type]
+        conn.execute(sql.SQL("INSERT INTO {}.schema_version (version) VALUES (1)").format(schema))
+        conn.execute(
+            sql.SQL("INSERT INTO {}.tool_executions (thread_id, key, result) VALUES ('t', 'm:c', %s)").format(schema),
+            ('{"kind": "value", "output": "old"}',),
+        )
+    cp = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
+    assert cp.get_tool_results("t", ["m:c"]) == {"m:c": {"kind": "value", "output": "old"}}
+    assert cp.put_tool_result("t", "m:c", {"output": "new"}) is False  # a migrated record is a completed result
+    cp.close()
+    with psycopg.connect(pg_dsn) as conn:
+        versions = conn.execute(sql.SQL("SELECT version FROM {}.schema_version ORDER BY 1").format(schema))
+        assert [r[0] for r in versions] == [1, 2]

@@ -101,7 +101,7 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
         "executions",
         "duration_s",
         "repro",
-    } | {"detail"}
+    } | {"detail", "effects_applied"}
     assert "--crash-seed=7" in cell["repro"] and "--crash-hits=1" in cell["repro"]
 
 
@@ -320,3 +320,36 @@ def test_checkpointers(replaysafe_checkpointer):
     assert fake[0] == fake[1] != fake[2]
     checkpointers = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "test_checkpointers", "-v")
     checkpointers.stdout.fnmatch_lines(["*test_checkpointers?memory? PASSED*", "*test_checkpointers?sqlite? PASSED*"])
+
+
+IN_DOUBT = """
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, tool
+
+def build(checkpointer, effects, policy):
+    def refund_order(order_id: str, idempotency_key: str) -> str:
+        '''Refund an order.'''
+        return effects.apply("refund", {"order": order_id}, idempotency_key)["effect_id"]
+
+    reconcile = (lambda key, args: effects.lookup(key)) if policy == "reconcile" else None
+    refund = tool(on_in_doubt=policy, reconcile=reconcile)(refund_order)
+    model = ScriptedModel([Reply(tool_calls=[("refund_order", {"order_id": "1042"})]), "Refunded."])
+    return ReactAgent(model, tools=[refund]).compile(checkpointer=checkpointer)
+
+@pytest.mark.parametrize("policy", ["fail", "reconcile"])
+@pytest.mark.crash_matrix(points=["tool.in_flight", "tool.after_return"])
+def test_in_doubt(crash_run, effects, policy):
+    result = crash_run.invoke(build(crash_run.checkpointer, effects, policy), {"messages": [Message.text_message("x")]})
+    assert result.final_text == "Refunded."
+    assert effects.count("refund", thread_id=crash_run.thread_id) == 1
+"""
+
+
+def test_in_doubt_tools_close_the_gaps_in_every_cell(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=IN_DOUBT)
+    result = run(pytester, "--crash-matrix", "--crash-report=matrix.json")
+    result.assert_outcomes(passed=2 * 2 * 5, skipped=2 * 2)  # policies x points x (5 columns; memory/sigkill n/a)
+    cells = [c for c in report(pytester, result)["cells"] if c["outcome"] != "not_applicable"]
+    assert {c["outcome"] for c in cells} == {"in_doubt_handled"}
+    assert all(max(c["executions"].values()) == 1 for c in cells)  # zero duplicate executions
+    assert all(c["effects_applied"] == {"refund": 1} for c in cells)  # and one applied effect

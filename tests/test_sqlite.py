@@ -64,3 +64,37 @@ def test_data_survives_reopening_the_file(tmp_path: Path) -> None:
 def test_non_durable_paths_are_rejected(path: str) -> None:
     with pytest.raises(ConfigError, match="needs a file path"):
         SqliteCheckpointer(path)
+
+
+def test_schema_v1_file_is_migrated_in_place(tmp_path: Path) -> None:
+    import sqlite3
+
+    from tenxgraph.storage.checkpointer import sqlite as sqlite_module
+
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    for statement in sqlite_module._MIGRATIONS[1]:
+        conn.execute(statement)
+    conn.execute("INSERT INTO tool_executions VALUES ('t', 'm:c', '{\"output\": \"old\"}', 0)")
+    conn.execute("PRAGMA user_version=1")
+    conn.commit()
+    conn.close()
+    cp = SqliteCheckpointer(path)
+    assert cp.get_tool_results("t", ["m:c"]) == {"m:c": {"output": "old"}}
+    assert cp.put_tool_result("t", "m:c", {"output": "new"}) is False  # migrated records are completed results
+    assert cp.put_tool_intent("t", "m:other", {"kind": "intent"}) is True
+    cp.close()
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA user_version").fetchone()[0] == 2
+    check.close()
+
+
+def test_a_newer_file_is_refused(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "future.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version=99")
+    conn.close()
+    with pytest.raises(ConfigError, match="newer than this 10xgraph"):
+        SqliteCheckpointer(path).get_thread("t")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from examples.payments import LocalProvider, Provider, idempotency_key
+from examples.payments import LocalProvider, Provider
 from tenxgraph import CompiledGraph, ReactAgent, Reply, ScriptedModel
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 
@@ -15,9 +15,9 @@ def build_email_agent(
 ) -> CompiledGraph[Any]:
     mail = provider or LocalProvider()
 
-    def send_email(to: str, body: str) -> str:
+    def send_email(to: str, body: str, idempotency_key: str) -> str:
         """Send an email."""
-        return mail.apply("email", {"to": to, "body": body}, idempotency_key())["effect_id"]
+        return mail.apply("email", {"to": to, "body": body}, idempotency_key)["effect_id"]
 
     model = ScriptedModel(
         [

@@ -6,24 +6,24 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from examples.payments import LocalProvider, Provider, idempotency_key
+from examples.payments import LocalProvider, Provider
 from tenxgraph import CompiledGraph, ReactAgent, Reply, ScriptedModel
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 
 
 def make_tools(provider: Provider, email_delay: float) -> list[Any]:
-    async def refund_order(order_id: str, amount: float) -> str:
+    async def refund_order(order_id: str, amount: float, idempotency_key: str) -> str:
         """Refund an amount on an order."""
-        return provider.apply("refund", {"order": order_id, "amount": amount}, idempotency_key())["effect_id"]
+        return provider.apply("refund", {"order": order_id, "amount": amount}, idempotency_key)["effect_id"]
 
-    async def send_email(to: str, subject: str) -> str:
+    async def send_email(to: str, subject: str, idempotency_key: str) -> str:
         """Send an email."""
         await asyncio.sleep(email_delay)  # the slowest of the three
-        return provider.apply("email", {"to": to, "subject": subject}, idempotency_key())["effect_id"]
+        return provider.apply("email", {"to": to, "subject": subject}, idempotency_key)["effect_id"]
 
-    def open_ticket(title: str) -> str:
+    def open_ticket(title: str, idempotency_key: str) -> str:
         """Open a support ticket."""
-        return provider.apply("ticket", {"title": title}, idempotency_key())["effect_id"]
+        return provider.apply("ticket", {"title": title}, idempotency_key)["effect_id"]
 
     return [refund_order, send_email, open_ticket]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from examples.payments import LocalProvider, Provider, idempotency_key
+from examples.payments import LocalProvider, Provider
 from tenxgraph import CompiledGraph, ReactAgent, Reply, ScriptedModel
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 
@@ -24,15 +24,16 @@ def lookup_order(order_id: str) -> dict[str, Any]:
 
 
 def make_refund_order(payments: Provider) -> Any:
-    def refund_order(order_id: str, amount: float) -> str:
+    def refund_order(order_id: str, amount: float, idempotency_key: str) -> str:
         """Refund an amount on an order.
 
         Args:
             order_id: The order number.
             amount: The amount to refund, in the order's currency.
         """
-        # The key is the same if this call is replayed or re-run after a crash: the provider refunds once.
-        payment = payments.apply("refund", {"order": order_id, "amount": amount}, idempotency_key())
+        # idempotency_key is injected by the runtime (the model never sees it) and is the same if this call is
+        # replayed or re-run after a crash: the provider refunds once.
+        payment = payments.apply("refund", {"order": order_id, "amount": amount}, idempotency_key)
         return f"Refunded {amount:.2f} on order {order_id} (payment {payment['effect_id']})"
 
     return refund_order

@@ -14,7 +14,7 @@ from pytest_replaysafe.gaps import GapRule, find_gap
 from tenxgraph.core.graph.utils.invoke_node_handler import ToolCallInfo
 from tenxgraph.core.state.messages import Message
 
-OUTCOMES = ("protected", "known_gap", "violation", "vacuous", "not_applicable", "error")
+OUTCOMES = ("protected", "in_doubt_handled", "known_gap", "violation", "vacuous", "not_applicable", "error")
 FAILING = frozenset({"violation", "vacuous", "error"})
 
 
@@ -33,6 +33,8 @@ class CellResult:
     duration_s: float = 0.0
     repro: str = ""
     detail: str = ""
+    #: Effects the provider simulator actually applied on the cell's thread, per kind (when the test uses it).
+    effects_applied: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,7 +55,14 @@ class ExecutionLog:
         elif info.key is None:
             condition = "missing_id"
         line = json.dumps(
-            {"thread": info.thread_id, "id": info.execution_id, "tool": info.tool, "event": event, "cond": condition}
+            {
+                "thread": info.thread_id,
+                "id": info.execution_id,
+                "tool": info.tool,
+                "event": event,
+                "cond": condition,
+                "policy": info.on_in_doubt,
+            }
         )
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -72,9 +81,18 @@ class ExecutionLog:
         written yet (``after_return``), from each call's last event. A recorded call is never in this map."""
         last: dict[str, str] = {}
         for row in self.entries(thread_id):
-            last[row["id"]] = row["event"]
+            if row["event"] != "in_doubt":
+                last[row["id"]] = row["event"]
         states = {"start": "in_flight", "end": "after_return"}
         return {eid: states[event] for eid, event in last.items() if event in states}
+
+    def handled_in_doubt(self, thread_id: str) -> set[str]:
+        """Calls a resume found in doubt and settled without running them (policy fail or reconcile)."""
+        return {
+            r["id"]
+            for r in self.entries(thread_id)
+            if r["event"] == "in_doubt" and r.get("policy") in ("fail", "reconcile")
+        }
 
     def history(
         self, thread_id: str, tools: Iterable[str] | None = None, unfinished: dict[str, str] | None = None
@@ -130,6 +148,7 @@ class HitEvidence:
     clean_text: str
     resume_error: str | None = None
     error: str | None = None
+    in_doubt_handled: set[str] = field(default_factory=set)
 
 
 def verdict(
@@ -164,4 +183,6 @@ def verdict(
         return "violation", None, "; ".join(problems)
     if gaps:
         return "known_gap", ",".join(sorted(gaps)), "duplicate where the gap table expects one"
+    if evidence.in_doubt_handled and evidence.window in ({"*"} | evidence.in_doubt_handled):
+        return "in_doubt_handled", None, "the call in the crash window was in doubt and settled without a re-run"
     return "protected", None, "every recorded call executed at most once"

@@ -175,6 +175,17 @@ class CheckpointerConformance:
             checkpointer.put_tool_result(tid, "m:c", {"output": {1, 2}})
         assert checkpointer.get_tool_results(tid, ["m:c"]) == {}
 
+    def test_intent_is_replaced_by_the_result_and_never_replaces_one(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+        intent = {"v": 1, "kind": "intent", "tool": "refund"}
+        assert checkpointer.put_tool_intent(tid, "m:c", intent) is True
+        assert checkpointer.put_tool_intent(tid, "m:c", {"kind": "intent", "other": 1}) is False  # first wins
+        assert checkpointer.get_tool_results(tid, ["m:c"]) == {"m:c": intent}
+        assert checkpointer.put_tool_result(tid, "m:c", {"kind": "value", "output": "done"}) is True  # upgrades
+        assert checkpointer.put_tool_result(tid, "m:c", {"kind": "value", "output": "again"}) is False
+        assert checkpointer.put_tool_intent(tid, "m:c", intent) is False  # never replaces a result
+        assert checkpointer.get_tool_results(tid, ["m:c"]) == {"m:c": {"kind": "value", "output": "done"}}
+
     # -- retention --------------------------------------------------------------------------------------
     def test_prune_keeps_young_records_and_records_of_resumable_threads(self, checkpointer: BaseCheckpointer) -> None:
         done, running, failed = _tid(), _tid(), _tid()

@@ -63,6 +63,15 @@ class Effects:
         crash_point("tool.in_flight")
         return {"effect_id": effect_id, "applied": True}
 
+    def lookup(self, idempotency_key: str) -> dict[str, Any] | None:
+        """What a provider answers to "did you apply this key?": the effect's result, or None. For ``reconcile``."""
+        conn = self._connect()
+        try:
+            row = conn.execute("SELECT seq FROM effects WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
+        finally:
+            conn.close()
+        return None if row is None else {"effect_id": f"E-{row[0]}", "applied": True}
+
     def applied(self, kind: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
         """Every applied effect, oldest first."""
         sql = "SELECT kind, payload, idempotency_key, execution_id, thread_id FROM effects WHERE 1=1"

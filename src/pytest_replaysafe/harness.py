@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from pytest_replaysafe.checker import FAILING, CellResult, ExecutionLog, HitEvidence, result_problems, verdict
+from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.gaps import GapRule, point_gap
 from pytest_replaysafe.matrix import Cell
 from tenxgraph.core import crashpoints
@@ -54,6 +56,7 @@ class CrashRun:
         rules: tuple[GapRule, ...],
         tools: list[str] | None = None,
         hits: set[int] | None = None,
+        effects: Effects | None = None,
     ) -> None:
         self.nodeid = nodeid
         self.cell = cell
@@ -63,6 +66,7 @@ class CrashRun:
         self.rules = rules
         self.tools = tools
         self.hits = hits
+        self.effects = effects
         self.log = ExecutionLog(workdir / "executions.jsonl")
         self.results: list[CellResult] = []
         #: Set when the cell showed a known gap: the test is reported as xfailed (if its own assertions pass).
@@ -166,6 +170,9 @@ class CrashRun:
             evidence, resumed = self._crash_and_resume(app, input, config, stream, hit, thread, clean.final_text)
             outcome, gap, detail = verdict(evidence, self.rules, cell.point, cell.mode, cell.backend)
             self._record(hit, outcome, gap, dict(evidence.executions), time.perf_counter() - started, detail)
+            if self.effects is not None:
+                applied = self.effects.applied(thread_id=thread)
+                self.results[-1].effects_applied = dict(Counter(e["kind"] for e in applied))
             last = resumed or last
             self.thread_id = thread
         self._conclude()
@@ -207,7 +214,8 @@ class CrashRun:
             names = sorted({name for g in gaps for name in (g.gap or "").split(",")})
             self.gap_message = f"known gap {', '.join(names)} at hit(s) {', '.join(str(g.hit) for g in gaps)}"
         expected = point_gap(self.rules, self.cell.point, self.cell.mode, self.cell.backend)
-        if expected is not None and not any(g.gap and expected.name in g.gap.split(",") for g in gaps):
+        handled = any(r.outcome == "in_doubt_handled" for r in self.results)  # the tool closed the gap itself
+        if expected is not None and not handled and not any(g.gap and expected.name in g.gap.split(",") for g in gaps):
             self.missing_gap = (
                 f"[XPASS(strict)] known gap {expected.name} was expected at {self.cell.point} but no call was "
                 f"executed twice: if the gap is closed, update the gap table (pytest_replaysafe.gaps)"
@@ -278,6 +286,7 @@ class CrashRun:
             crashpoints.reset()
         evidence.executions, evidence.conditions = self.log.history(thread, self.tools, unfinished)
         evidence.final_messages, evidence.final_text = result.messages, result.final_text
+        evidence.in_doubt_handled = self.log.handled_in_doubt(thread)
         return evidence, result
 
     def _crash_in_process(

@@ -347,6 +347,7 @@ def crash_run(
         rules=settings.rules or _default_rules(),
         tools=list(tools) if tools else None,
         hits=settings.hits,
+        effects=request.getfixturevalue("effects") if "effects" in request.fixturenames else None,
     )
     request.node.stash[crash_run_key] = run
     yield run

@@ -12,10 +12,21 @@ from typing import Any
 from pytest_replaysafe.checker import OUTCOMES
 
 SCHEMA = "replaysafe.crash-matrix/1"
-SYMBOLS = {"violation": "X", "error": "E", "vacuous": "V", "known_gap": "g", "protected": "+", "not_applicable": "."}
+SYMBOLS = {
+    "violation": "X",
+    "error": "E",
+    "vacuous": "V",
+    "known_gap": "g",
+    "in_doubt_handled": "d",
+    "protected": "+",
+    "not_applicable": ".",
+}
 # The worst outcome of a grid square decides its symbol.
-_SEVERITY = ["violation", "error", "vacuous", "known_gap", "protected", "not_applicable"]
-LEGEND = "cells per outcome: + protected  g known gap (expected)  X violation  V vacuous  E error  . not applicable"
+_SEVERITY = ["violation", "error", "vacuous", "known_gap", "in_doubt_handled", "protected", "not_applicable"]
+LEGEND = (
+    "cells per outcome: + protected  d in doubt, handled  g known gap (expected)  X violation  V vacuous  "
+    "E error  . not applicable"
+)
 
 
 def summary(cells: Iterable[dict[str, Any]]) -> dict[str, int]:

@@ -11,7 +11,8 @@ from tenxgraph.core.graph import (
     ToolNode,
     ToolOutput,
 )
-from tenxgraph.core.graph.utils.invoke_node_handler import current_tool_call
+from tenxgraph.core.graph.tools import tool
+from tenxgraph.core.graph.utils.invoke_node_handler import ToolContext, current_tool_call
 from tenxgraph.core.state import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
 from tenxgraph.errors import (
     ConfigError,
@@ -48,11 +49,13 @@ __all__ = [
     "TextBlock",
     "Tool",
     "ToolCallBlock",
+    "ToolContext",
     "ToolNode",
     "ToolOutput",
     "ToolResultBlock",
     "ToolTimeoutError",
     "current_tool_call",
+    "tool",
 ]
 
 # A child process started by the crash harness arms its point from TENXGRAPH_CRASH_AT.

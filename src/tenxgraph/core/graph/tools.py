@@ -63,6 +63,42 @@ def json_schema_for(hint: Any) -> dict[str, JSON]:
     raise TypeError(f"type hint {hint!r} has no JSON schema; use str, int, float, bool, list, dict or Literal")
 
 
+def _is_context(hint: Any) -> bool:
+    from tenxgraph.core.graph.utils.invoke_node_handler import ToolCallInfo
+
+    return hint is ToolCallInfo
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    on_in_doubt: str | None = None,
+    reconcile: Reconcile | None = None,
+) -> Any:
+    """Make a function a :class:`Tool` (plain functions keep working without it)::
+
+        @tool(on_in_doubt="reconcile", reconcile=lambda key, args: payments.find(key))
+        def refund_order(order_id: str, amount: float, idempotency_key: str) -> str: ...
+
+    ``on_in_doubt`` decides what a resumed run does when the ledger shows the call *started* but never recorded a
+    result (the process died while it ran, or between its return and its record):
+
+    - ``"retry"``: run it again (with the same idempotency key), logging that it was in doubt;
+    - ``"fail"``: do not run it; the model gets an error result with status ``in_doubt`` and an event is logged;
+    - ``"reconcile"``: ``reconcile(idempotency_key, args)`` asks the provider; a result is recorded and used
+      without running the tool, ``None`` means it did not happen, so the tool runs.
+
+    Such tools write an intent record before running (one extra ledger write per call).
+    """
+
+    def make(f: Callable[..., Any]) -> Tool:
+        return Tool.from_function(f, name, description, on_in_doubt, reconcile)
+
+    return make(fn) if fn is not None else make
+
+
 def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
     """The description and the per-argument docs of a Google-style docstring."""
     doc = inspect.cleandoc(doc)
@@ -105,18 +141,45 @@ def _matches(value: JSON, schema: dict[str, JSON]) -> bool:
     return True
 
 
+IN_DOUBT_POLICIES = ("retry", "fail", "reconcile")
+IDEMPOTENCY_PARAM = "idempotency_key"
+Reconcile = Callable[[str, dict[str, JSON]], Any]
+"""``reconcile(idempotency_key, args)``: the call's result if it did happen (asked of the provider), else None."""
+
+
 @dataclass(slots=True)
 class Tool:
-    """A callable the model can ask for, with its JSON schema."""
+    """A callable the model can ask for, with its JSON schema.
+
+    ``injected`` maps parameters the runtime fills in (never shown to the model) to what they receive:
+    ``"idempotency_key"`` (a parameter named ``idempotency_key``) or ``"context"`` (a ``ToolContext`` parameter).
+    ``on_in_doubt`` opts into in-doubt detection (see :func:`tool`).
+    """
 
     name: str
     description: str
     fn: Callable[..., Any]
     parameters: dict[str, JSON] = field(default_factory=dict)
     is_async: bool = False
+    injected: dict[str, str] = field(default_factory=dict)
+    on_in_doubt: str | None = None
+    reconcile: Reconcile | None = None
 
     @classmethod
-    def from_function(cls, fn: Callable[..., Any], name: str | None = None, description: str | None = None) -> Tool:
+    def from_function(
+        cls,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        description: str | None = None,
+        on_in_doubt: str | None = None,
+        reconcile: Reconcile | None = None,
+    ) -> Tool:
+        if on_in_doubt is not None and on_in_doubt not in IN_DOUBT_POLICIES:
+            raise ValueError(f"on_in_doubt={on_in_doubt!r} is invalid; use one of {', '.join(IN_DOUBT_POLICIES)}")
+        if (on_in_doubt == "reconcile") != (reconcile is not None):
+            raise ValueError("on_in_doubt='reconcile' needs reconcile=callable(idempotency_key, args), and only it")
+        if reconcile is not None and not callable(reconcile):
+            raise TypeError(f"reconcile must be callable, got {reconcile!r}")
         if not callable(fn):
             raise TypeError(f"a tool must be a function, got {fn!r}")
         tool_name = name or getattr(fn, "__name__", None)
@@ -129,10 +192,19 @@ class Tool:
             raise TypeError(f"tool {tool_name!r}: cannot resolve its type hints: {exc}") from exc
         properties: dict[str, JSON] = {}
         required: list[str] = []
+        injected: dict[str, str] = {}
         for param in inspect.signature(fn).parameters.values():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise TypeError(f"tool {tool_name!r}: *args/**kwargs cannot be described to a model; name them")
             hint = hints.get(param.name, Any)
+            if _is_context(hint):
+                injected[param.name] = "context"
+                continue
+            if param.name == IDEMPOTENCY_PARAM:
+                if hint not in (str, Any):
+                    raise TypeError(f"tool {tool_name!r}: parameter idempotency_key is injected and must be a str")
+                injected[param.name] = "idempotency_key"
+                continue
             try:
                 schema = json_schema_for(hint)
             except TypeError as exc:
@@ -157,6 +229,9 @@ class Tool:
             fn=fn,
             parameters=parameters,
             is_async=inspect.iscoroutinefunction(fn),
+            injected=injected,
+            on_in_doubt=on_in_doubt,
+            reconcile=reconcile,
         )
 
     def schema(self) -> dict[str, JSON]:

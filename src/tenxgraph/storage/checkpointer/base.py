@@ -87,7 +87,15 @@ class BaseCheckpointer(ABC):
 
     @abstractmethod
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
-        """Store *record* under *key* unless one is stored already (first write wins). True if this call wrote it."""
+        """Store *record* under *key* unless a result is stored already (first write wins; an intent is replaced).
+        True if this call wrote it."""
+
+    @abstractmethod
+    async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        """Store an intent (status ``started``) under *key* unless anything is stored there. True if written.
+
+        A later :meth:`aput_tool_result` for the key replaces the intent (status ``completed``); reads return the
+        intent's own envelope (``"kind": "intent"``) until then."""
 
     @abstractmethod
     async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
@@ -138,6 +146,9 @@ class BaseCheckpointer(ABC):
 
     def put_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         return run_sync(self.aput_tool_result(thread_id, key, record))
+
+    def put_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        return run_sync(self.aput_tool_intent(thread_id, key, record))
 
     def list_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
         return run_sync(self.alist_tool_results(thread_id))

@@ -31,7 +31,8 @@ class InMemoryCheckpointer(BaseCheckpointer):
         self._lock = threading.Lock()
         self._threads: dict[str, tuple[int, str]] = {}
         self._messages: dict[str, dict[str, str]] = {}  # thread -> message_id -> json (insertion ordered)
-        self._ledger: dict[str, dict[str, tuple[float, str]]] = {}  # thread -> key -> (created_at, json)
+        # thread -> key -> (created_at, json, status "started" | "completed")
+        self._ledger: dict[str, dict[str, tuple[float, str, str]]] = {}
 
     async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
         with self._lock:
@@ -81,12 +82,18 @@ class InMemoryCheckpointer(BaseCheckpointer):
         return {k: decode_record(v) for k, v in found.items()}
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
-        text = dumps(record, f"ledger record {key!r}")
+        return self._put(thread_id, key, dumps(record, f"ledger record {key!r}"), "completed")
+
+    async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        return self._put(thread_id, key, dumps(record, f"ledger intent {key!r}"), "started")
+
+    def _put(self, thread_id: str, key: str, text: str, status: str) -> bool:
         with self._lock:
             ledger = self._ledger.setdefault(check_thread_id(thread_id), {})
-            if key in ledger:
+            existing = ledger.get(key)
+            if existing is not None and (status == "started" or existing[2] == "completed"):
                 return False
-            ledger[key] = (time.time(), text)
+            ledger[key] = (time.time(), text, status)
             return True
 
     async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
@@ -103,7 +110,7 @@ class InMemoryCheckpointer(BaseCheckpointer):
             for thread_id, ledger in self._ledger.items():
                 if not include_resumable and self._resumable(thread_id):
                     continue
-                old = [k for k, (created, _) in ledger.items() if created < cutoff]
+                old = [k for k, (created, _, _) in ledger.items() if created < cutoff]
                 for key in old:
                     del ledger[key]
                 deleted += len(old)

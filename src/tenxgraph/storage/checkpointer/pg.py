@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(LOGGER_NAME)
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -79,6 +79,8 @@ _MIGRATIONS: dict[int, list[str]] = {
         )""",
         "CREATE INDEX IF NOT EXISTS tool_executions_created_at ON {schema}.tool_executions (created_at)",
     ],
+    # status: 'started' for an intent written before an opted-in tool runs, 'completed' for a result
+    2: ["ALTER TABLE {schema}.tool_executions ADD COLUMN IF NOT EXISTS status TEXT NOT NULL DEFAULT 'completed'"],
 }
 
 # Refuse a cache write unless it is newer than what the cache holds (a stale run cannot regress the cache).
@@ -350,11 +352,16 @@ class PgCheckpointer(BaseCheckpointer):
         return await self._retrying("ledger read", op)
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        return await self._put_ledger("put_result", thread_id, key, dumps(record, f"ledger record {key!r}"))
+
+    async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        return await self._put_ledger("put_intent", thread_id, key, dumps(record, f"ledger intent {key!r}"))
+
+    async def _put_ledger(self, query: str, thread_id: str, key: str, text: str) -> bool:
         check_thread_id(thread_id)
-        text = dumps(record, f"ledger record {key!r}")
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> bool:
-            cur = await conn.execute(self._q["put_result"], (thread_id, key, text))
+            cur = await conn.execute(self._q[query], (thread_id, key, text))
             return cur.rowcount == 1
 
         return await self._retrying("ledger write", op)  # idempotent: a retry cannot write twice
@@ -504,7 +511,13 @@ _QUERIES = {
         ON CONFLICT (thread_id, message_id) DO NOTHING""",
     "get_results": "SELECT key, result FROM {schema}.tool_executions WHERE thread_id = %s AND key = ANY(%s)",
     "put_result": """
-        INSERT INTO {schema}.tool_executions (thread_id, key, result) VALUES (%s, %s, %s::text::jsonb)
+        INSERT INTO {schema}.tool_executions (thread_id, key, result, status)
+        VALUES (%s, %s, %s::text::jsonb, 'completed')
+        ON CONFLICT (thread_id, key) DO UPDATE SET result = EXCLUDED.result, status = 'completed', created_at = now()
+        WHERE {schema}.tool_executions.status = 'started'""",
+    "put_intent": """
+        INSERT INTO {schema}.tool_executions (thread_id, key, result, status)
+        VALUES (%s, %s, %s::text::jsonb, 'started')
         ON CONFLICT (thread_id, key) DO NOTHING""",
     "list_results": "SELECT key, result FROM {schema}.tool_executions WHERE thread_id = %s ORDER BY created_at, key",
     "prune": """

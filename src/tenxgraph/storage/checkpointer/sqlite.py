@@ -31,7 +31,7 @@ from tenxgraph.storage.checkpointer.base import (
     encode_messages,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS threads (
     thread_id  TEXT PRIMARY KEY,
@@ -55,6 +55,11 @@ CREATE TABLE IF NOT EXISTS tool_executions (
 );
 CREATE INDEX IF NOT EXISTS tool_executions_created_at ON tool_executions (created_at);
 """
+# Forward migrations by PRAGMA user_version: what to run to reach each version.
+_MIGRATIONS: dict[int, list[str]] = {
+    1: [s for s in _SCHEMA.split(";") if s.strip()],
+    2: ["ALTER TABLE tool_executions ADD COLUMN status TEXT NOT NULL DEFAULT 'completed'"],
+}
 _MAX_VARS = 500
 _PRUNE = """
 DELETE FROM tool_executions WHERE rowid IN (
@@ -97,10 +102,15 @@ class SqliteCheckpointer(BaseCheckpointer):
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
         with _transaction(conn):
-            if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                for statement in filter(str.strip, _SCHEMA.split(";")):
+            current = conn.execute("PRAGMA user_version").fetchone()[0]
+            if current > SCHEMA_VERSION:
+                raise ConfigError(
+                    f"{self.path} has schema version {current}, newer than this 10xgraph ({SCHEMA_VERSION}); upgrade"
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version]:
                     conn.execute(statement)
-                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                conn.execute(f"PRAGMA user_version={version}")
         self._conn, self._pid = conn, os.getpid()
         return conn
 
@@ -177,8 +187,20 @@ class SqliteCheckpointer(BaseCheckpointer):
         text = dumps(record, f"ledger record {key!r}")
         with self._tx() as conn:
             cur = conn.execute(
-                "INSERT INTO tool_executions (thread_id, key, result, created_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (thread_id, key) DO NOTHING",
+                "INSERT INTO tool_executions (thread_id, key, result, created_at, status) "
+                "VALUES (?, ?, ?, ?, 'completed') ON CONFLICT (thread_id, key) DO UPDATE SET "
+                "result = excluded.result, created_at = excluded.created_at, status = 'completed' "
+                "WHERE tool_executions.status = 'started'",
+                (check_thread_id(thread_id), key, text, time.time()),
+            )
+            return cur.rowcount == 1
+
+    async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        text = dumps(record, f"ledger intent {key!r}")
+        with self._tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO tool_executions (thread_id, key, result, created_at, status) "
+                "VALUES (?, ?, ?, ?, 'started') ON CONFLICT (thread_id, key) DO NOTHING",
                 (check_thread_id(thread_id), key, text, time.time()),
             )
             return cur.rowcount == 1

@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import inspect
+import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -36,6 +38,7 @@ from tenxgraph.errors import SerializationError, ToolTimeoutError
 from tenxgraph.utils.constants import LOGGER_NAME
 
 log = logging.getLogger(LOGGER_NAME)
+events_log = logging.getLogger(f"{LOGGER_NAME}.events")
 
 RECORD_VERSION = 1
 
@@ -58,6 +61,8 @@ class ToolCallInfo:
     index: int
     key: str | None
     use_ledger: bool
+    #: The tool's in-doubt policy ("retry", "fail", "reconcile"), None when it did not opt in.
+    on_in_doubt: str | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -74,9 +79,13 @@ class ToolCallInfo:
         return self.key or f"unkeyed:{self.message_id}:{self.index}:{self.tool}"
 
 
+ToolContext = ToolCallInfo
+"""Declare a parameter of this type in a tool to receive the call's context (never shown to the model)."""
+
 ToolObserver = Callable[[ToolCallInfo, str], None]
 """Called with the call and an event: ``"start"`` (the body is about to run), ``"end"`` (it returned or raised),
-``"recorded"`` (its ledger record is written) or ``"timeout"`` (it was cancelled). After a crash, a call whose last
+``"recorded"`` (its ledger record is written), ``"timeout"`` (it was cancelled) or ``"in_doubt"`` (a resume found
+its intent without a result). After a crash, a call whose last
 event is ``start`` was in flight, and one whose last event is ``end`` was between return and record."""
 _observers: list[ToolObserver] = []
 _current_call: contextvars.ContextVar[ToolCallInfo | None] = contextvars.ContextVar("tenxgraph_tool", default=None)
@@ -155,6 +164,8 @@ def _error(call: ToolCallBlock, key: str | None, text: str, status: str = "error
 async def _invoke(tool: Tool, info: ToolCallInfo, args: dict[str, JSON], timeout: float | None) -> JSON:
     for observer in _observers:
         observer(info, "start")
+    if tool.injected:
+        args = {**args, **{p: info if kind == "context" else info.idempotency_key for p, kind in tool.injected.items()}}
     try:
         value = await _call(tool, args, timeout)
     except TimeoutError:
@@ -178,17 +189,27 @@ async def _call(tool: Tool, args: dict[str, JSON], timeout: float | None) -> JSO
 
 
 async def _run_one(
-    call: ToolCallBlock, key: str | None, tools: Mapping[str, Tool], ctx: RunContext, info: ToolCallInfo
+    call: ToolCallBlock,
+    key: str | None,
+    tools: Mapping[str, Tool],
+    ctx: RunContext,
+    info: ToolCallInfo,
+    in_doubt: bool = False,
 ) -> ToolExecution:
     token = _current_call.set(info)  # visible to the tool body and to crash points of this call
     try:
-        return await _execute(call, key, tools, ctx, info)
+        return await _execute(call, key, tools, ctx, info, in_doubt)
     finally:
         _current_call.reset(token)
 
 
 async def _execute(
-    call: ToolCallBlock, key: str | None, tools: Mapping[str, Tool], ctx: RunContext, info: ToolCallInfo
+    call: ToolCallBlock,
+    key: str | None,
+    tools: Mapping[str, Tool],
+    ctx: RunContext,
+    info: ToolCallInfo,
+    in_doubt: bool,
 ) -> ToolExecution:
     tool = tools.get(call.name)
     if tool is None:
@@ -197,6 +218,13 @@ async def _execute(
         args = tool.parse_args(call.args)
     except ToolArgumentError as exc:
         return _error(call, key, str(exc))
+    if key is not None and ctx.use_ledger:
+        if in_doubt:
+            resolved = await _resolve_in_doubt(tool, call, key, args, ctx, info)
+            if resolved is not None:
+                return resolved
+        elif tool.on_in_doubt is not None:
+            await _write_intent(call, key, ctx)
     crash_point("tool.before_invoke")
     timeout = ctx.config.tool_timeout
     try:
@@ -225,6 +253,67 @@ async def _execute(
     if key is None or not ctx.use_ledger:
         return execution
     return await _record(execution, key, ctx)
+
+
+async def _write_intent(call: ToolCallBlock, key: str, ctx: RunContext) -> None:
+    """Before an opted-in tool runs: a ``started`` record, so a resume can tell the call is in doubt."""
+    try:
+        await ctx.checkpointer.aput_tool_intent(
+            ctx.thread_id, key, {"v": RECORD_VERSION, "kind": "intent", "tool": call.name, "call_id": call.id}
+        )
+    except Exception as exc:
+        log.warning(
+            "could not write the intent of tool %r (key %r, thread %r): %s: %s; it runs without in-doubt detection",
+            call.name,
+            key,
+            ctx.thread_id,
+            type(exc).__name__,
+            exc,
+        )
+
+
+def emit_event(event: str, **fields: JSON) -> None:
+    """A structured event on the ``tenxgraph.events`` logger: a JSON line, also in ``record.tenxgraph_event``."""
+    payload = {"event": event, **fields}
+    events_log.warning(json.dumps(payload, sort_keys=True), extra={"tenxgraph_event": payload})
+
+
+async def _resolve_in_doubt(
+    tool: Tool, call: ToolCallBlock, key: str, args: dict[str, JSON], ctx: RunContext, info: ToolCallInfo
+) -> ToolExecution | None:
+    """The ledger holds an intent but no result: the call may or may not have happened. Apply the tool's policy;
+    return the execution to use, or None to run the tool (again)."""
+    for observer in _observers:
+        observer(info, "in_doubt")
+    policy = tool.on_in_doubt or "retry"
+    where = f"(key {key!r}, thread {ctx.thread_id!r})"
+    if policy == "retry":
+        log.warning("tool %r was in doubt %s: running it again with the same idempotency key", call.name, where)
+        return None
+    if policy == "fail":
+        emit_event("tool_in_doubt", tool=call.name, key=key, thread=ctx.thread_id, policy="fail")
+        text = (
+            f"tool {call.name!r} is in doubt: a previous attempt started but its outcome is unknown, so it was not "
+            "run again; check with the provider before retrying"
+        )
+        return await _record(_error(call, key, text, status="in_doubt"), key, ctx)
+    try:
+        assert tool.reconcile is not None
+        found = tool.reconcile(info.idempotency_key, args)
+        if inspect.isawaitable(found):
+            found = await found
+    except Exception as exc:
+        log.error("reconcile of in-doubt tool %r failed %s: %s: %s", call.name, where, type(exc).__name__, exc)
+        emit_event("tool_in_doubt", tool=call.name, key=key, thread=ctx.thread_id, policy="reconcile", error=str(exc))
+        return _error(call, key, f"tool {call.name!r} is in doubt and reconcile failed: {exc}", status="in_doubt")
+    if found is None:
+        log.warning("tool %r was in doubt %s; reconcile says it did not happen: running it", call.name, where)
+        return None
+    log.warning("tool %r was in doubt %s; reconcile found its result: using it", call.name, where)
+    if isinstance(found, ToolOutput):
+        result = ToolResultBlock(call.id, found.content, found.is_error, "error" if found.is_error else "success")
+        return await _record(ToolExecution(call, key, result, update=found.update), key, ctx)
+    return await _record(ToolExecution(call, key, ToolResultBlock(call.id, found)), key, ctx)
 
 
 async def _record(execution: ToolExecution, key: str, ctx: RunContext) -> ToolExecution:
@@ -323,12 +412,17 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
     jobs: list[asyncio.Task[ToolExecution]] = []
     for index, (call, key) in enumerate(zip(calls, keys, strict=True)):
         record = records.get(key) if key is not None else None
-        if record is not None and key is not None:
+        in_doubt = record is not None and record.get("kind") == "intent"
+        if record is not None and key is not None and not in_doubt:
             log.debug("replaying recorded result of tool %r (key %r, thread %r)", call.name, key, ctx.thread_id)
             results.append(decode_record(call, key, record))
         else:
             results.append(None)
-            info = ToolCallInfo(ctx.thread_id, message.message_id, call.id, call.name, index, key, ctx.use_ledger)
-            jobs.append(asyncio.ensure_future(_run_one(call, key, tools, ctx, info)))
+            tool = tools.get(call.name)
+            policy = tool.on_in_doubt if tool is not None else None
+            info = ToolCallInfo(
+                ctx.thread_id, message.message_id, call.id, call.name, index, key, ctx.use_ledger, policy
+            )
+            jobs.append(asyncio.ensure_future(_run_one(call, key, tools, ctx, info, in_doubt)))
     ran = iter(await _gather(jobs)) if jobs else iter(())
     return [r if r is not None else next(ran) for r in results]
