@@ -255,7 +255,8 @@ def test_connection_terminated_mid_write_is_retried(pg_dsn: str, pg_schema: str)
         writer.start()
         terminated = 0
         for _ in range(200):
-            terminated = _terminate(pg_dsn, "wait_event_type = 'Lock' AND query LIKE %s", ("%threads%",))
+            # only this test's writer: other xdist workers may be waiting on their own locks right now
+            terminated = _terminate(pg_dsn, "wait_event_type = 'Lock' AND query LIKE %s", (f"%{pg_schema}%threads%",))
             if terminated:
                 break
             threading.Event().wait(0.02)
