@@ -275,8 +275,8 @@ def main() -> None:
                 run()
             extra["postgres_round_trips_per_run"] = RoundTrips.count / 10
             extra["postgres_round_trips_note"] = (
-                "per run: thread read, start write, 3 node advances, 1 ledger read (one tool node), "
-                "2 ledger records (one per call)"
+                "per run: run lock + unlock (no commit), thread read, start write, 3 node advances, "
+                "1 ledger read (one tool node), 2 ledger records (one per call)"
             )
             close_pg(counted)
     for backend, figures in ledger.items():

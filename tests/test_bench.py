@@ -24,12 +24,13 @@ def test_scenario_runs_with_and_without_the_ledger() -> None:
 
 
 def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> None:
-    """1 thread read + 1 start write + 3 advances + 1 ledger read (one tool node) + 2 records (one per call)."""
+    """Run lock + unlock (no commit), thread read, start write, 3 advances, 1 ledger read (one tool node),
+    2 records (one per call)."""
     cp = bench.make_pg(pg_dsn, pg_schema, counting=True)
     run = bench.ours(cp)
     run()  # schema setup happens on first use
     bench.RoundTrips.count = 0
     for _ in range(3):
         run()
-    assert bench.RoundTrips.count == 3 * 8
+    assert bench.RoundTrips.count == 3 * 10
     bench.close_pg(cp)

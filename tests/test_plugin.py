@@ -218,7 +218,10 @@ def test_no_tools(crash_run):
             "*unknown crash point 'tool.after_retrun'*known points:*tool.after_return*",
         ),
         (["--crash-backends=mongo"], "*unknown crash backend 'mongo'*known backends:*sqlite*"),
-        (["--crash-modes=sigterm"], "*unknown crash mode 'sigterm'*known modes: inprocess, sigkill*"),
+        (
+            ["--crash-modes=sigterm"],
+            "*unknown crash mode 'sigterm'*known modes: concurrent, inprocess, sigkill, stream*",
+        ),
         (["--crash-seed=abc"], "*--crash-seed='abc': give a whole number or 'last'*"),
     ],
 )
@@ -353,3 +356,32 @@ def test_in_doubt_tools_close_the_gaps_in_every_cell(pytester: pytest.Pytester) 
     assert {c["outcome"] for c in cells} == {"in_doubt_handled"}
     assert all(max(c["executions"].values()) == 1 for c in cells)  # zero duplicate executions
     assert all(c["effects_applied"] == {"refund": 1} for c in cells)  # and one applied effect
+
+
+LOCKLESS = """
+import contextlib
+from pytest_replaysafe.matrix import Backend
+from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+class Lockless(SqliteCheckpointer):
+    '''Lets every worker run a thread at once: the concurrent mode must catch it.'''
+    @contextlib.asynccontextmanager
+    async def arun_lock(self, thread_id):
+        yield
+
+def pytest_replaysafe_add_backends(config):
+    return [Backend("lockless", lambda request: Lockless(request.getfixturevalue("tmp_path") / "l.db"))]
+"""
+
+
+def test_concurrent_mode_passes_with_the_run_lock_and_catches_its_absence(pytester: pytest.Pytester) -> None:
+    write(pytester, PROTECTED.replace('"run.before_node", "node.after_complete"', '"run.before_node"'), LOCKLESS)
+    ok = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--crash-matrix", "--crash-modes=concurrent", "--crash-backends=sqlite"
+    )
+    ok.assert_outcomes(passed=2)
+    broken = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--crash-matrix", "--crash-modes=concurrent", "--crash-backends=lockless"
+    )
+    assert broken.ret == pytest.ExitCode.TESTS_FAILED
+    broken.stdout.fnmatch_lines(["*VIOLATION*resume failed*concurrent resumers failed*"])

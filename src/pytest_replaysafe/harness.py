@@ -8,6 +8,7 @@ Modes:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -25,17 +26,36 @@ import pytest
 from pytest_replaysafe.checker import FAILING, CellResult, ExecutionLog, HitEvidence, result_problems, verdict
 from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.gaps import GapRule, point_gap
-from pytest_replaysafe.matrix import Cell
+from pytest_replaysafe.matrix import CONCURRENT_RESUMERS, Cell
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected, InjectedFault
 from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
 from tenxgraph.core.graph.utils.invoke_node_handler import add_tool_observer, current_tool_call
+from tenxgraph.errors import ThreadBusyError
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
 Inputs = Mapping[str, Any] | list[Mapping[str, Any]]
 """One input, or the turns of a conversation."""
+CHILD_TIMEOUT_S = 120.0
+"""A forked child that has not finished by then is killed and its cell reported as an error (never a hang)."""
 _CHILD_DONE = 3  # the child finished its run: the point was not reached
 _CHILD_FAILED = 4
+
+
+def wait_child(pid: int, timeout: float = CHILD_TIMEOUT_S) -> int | None:
+    """``waitpid`` with a deadline: the wait status, or None if the child had to be killed for overrunning it."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 class ReplaySafetyViolation(AssertionError):
@@ -278,6 +298,8 @@ class CrashRun:
             return evidence, None
         try:
             self._arm_resume()
+            if self.cell.mode == "concurrent":
+                self._resume_concurrently(app, input, config, thread)
             result = self._run(app, input if isinstance(input, list) else None, thread, config, stream)
         except Exception as exc:
             evidence.resume_error = f"{type(exc).__name__}: {exc}"
@@ -315,6 +337,42 @@ class CrashRun:
         finally:
             crashpoints.reset()
 
+    def _resume_concurrently(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], thread: str) -> None:
+        """Several forked processes resume the thread at the same moment; each must finish the run or stop with
+        ThreadBusyError before doing anything. Anything else is raised as a failed resume."""
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        barrier = ctx.Barrier(CONCURRENT_RESUMERS)
+        resume_input = input if isinstance(input, list) else None
+        failures = [self.workdir / f"{thread}.resumer{i}.error" for i in range(CONCURRENT_RESUMERS)]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pids = []
+        for failure in failures:
+            pid = os.fork()
+            if pid == 0:  # child: never returns into pytest
+                code = _CHILD_FAILED
+                try:
+                    barrier.wait(timeout=30)
+                    with contextlib.suppress(ThreadBusyError):  # another resumer holds the thread: a fair loss
+                        self._run(app, resume_input, thread, config, False)
+                    code = 0
+                except BaseException:
+                    failure.write_text(traceback.format_exc())
+                finally:
+                    os._exit(code)
+            pids.append(pid)
+        problems = []
+        for pid, failure in zip(pids, failures, strict=True):
+            status = wait_child(pid)
+            if status is None:
+                problems.append(f"a resumer did not finish within {CHILD_TIMEOUT_S:g}s and was killed (hung?)")
+            elif not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+                problems.append(failure.read_text() if failure.exists() else f"wait status {status}")
+        if problems:
+            raise RuntimeError(f"{len(problems)} of {CONCURRENT_RESUMERS} concurrent resumers failed:\n{problems[0]}")
+
     def _crash_in_child(
         self,
         app: CompiledGraph[Any],
@@ -350,7 +408,9 @@ class CrashRun:
                 failure.write_text(traceback.format_exc())
             finally:
                 os._exit(code)
-        _, status = os.waitpid(pid, 0)
+        status = wait_child(pid)
+        if status is None:
+            return False, None, f"the child did not reach its crash within {CHILD_TIMEOUT_S:g}s and was killed (hung?)"
         if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
             try:
                 data = json.loads(marker.read_text())

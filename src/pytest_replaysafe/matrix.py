@@ -17,8 +17,14 @@ import pytest
 from pytest_replaysafe import services
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
-MODES = ("inprocess", "sigkill", "stream")
-"""``stream`` is ``inprocess`` with the crashing run and the resume both driven through ``astream``."""
+MODES = ("inprocess", "sigkill", "stream", "concurrent")
+#: Modes a cell runs in unless --crash-modes / modes= say otherwise (``concurrent`` forks 4 resumers: opt in).
+DEFAULT_MODES = ("inprocess", "sigkill", "stream")
+#: Modes whose resume happens in other processes: not applicable to storage that lives in one process.
+PROCESS_MODES = frozenset({"sigkill", "concurrent"})
+CONCURRENT_RESUMERS = 4
+"""``stream`` is ``inprocess`` with the crashing run and the resume both driven through ``astream``;
+``concurrent`` crashes in-process, then several forked processes resume the thread at the same moment."""
 #: Points that only exist when a fixture that fires them is in use.
 FIXTURE_POINTS = {"tool.in_flight": "effects"}
 

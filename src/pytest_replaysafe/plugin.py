@@ -223,9 +223,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if settings.backends:
         backends = [b for b in backends if b in settings.backends]
     chosen = [settings.registry[b] for b in backends if settings.registry[b].available()]
-    modes = matrix.split_names(opts.get("modes")) or list(matrix.MODES)
-    matrix.check_names("mode", modes, matrix.MODES, where)
-    if settings.modes:
+    marked_modes = matrix.split_names(opts.get("modes"))
+    if marked_modes:
+        matrix.check_names("mode", marked_modes, matrix.MODES, where)
+    modes = marked_modes or settings.modes or list(matrix.DEFAULT_MODES)
+    if marked_modes and settings.modes:
         modes = [m for m in modes if m in settings.modes]
     cells = matrix.cells_for(points, chosen, modes)
     metafunc.parametrize("_replaysafe_cell", cells, ids=[c.id for c in cells], indirect=True)
@@ -314,7 +316,7 @@ def crash_run(
         factory = matrix.BUILTIN_BACKENDS[1].factory  # a normal run uses the embedded durable default
     else:
         backend = settings.registry[cell.backend]
-        if cell.mode == "sigkill" and not backend.durable:
+        if cell.mode in matrix.PROCESS_MODES and not backend.durable:
             request.node.user_properties.append(
                 (
                     CELL_PROPERTY,

@@ -20,6 +20,7 @@ from tenxgraph.errors import (
     NodeTimeoutError,
     StaleStateError,
     TenxGraphError,
+    ThreadBusyError,
     ToolTimeoutError,
 )
 from tenxgraph.models import Reply, ScriptedModel
@@ -47,6 +48,7 @@ __all__ = [
     "StreamEvent",
     "TenxGraphError",
     "TextBlock",
+    "ThreadBusyError",
     "Tool",
     "ToolCallBlock",
     "ToolContext",

@@ -53,6 +53,20 @@ class StaleStateError(TenxGraphError):
         )
 
 
+class ThreadBusyError(StaleStateError):
+    """Another run holds the thread right now (a client retry, a second worker): nothing was run or written."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self.expected = 0
+        self.actual = None
+        TenxGraphError.__init__(
+            self,
+            f"thread {thread_id!r} is being run by another worker right now; nothing was run. Retry when that run "
+            "has finished (a run's lock is released when it ends or its process dies)",
+        )
+
+
 class SerializationError(TenxGraphError, TypeError):
     """A value that must be stored is not JSON-serialisable."""
 

@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import inspect
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -123,7 +123,7 @@ class CompiledGraph(Generic[S]):
 
     async def astream(
         self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Like ``ainvoke`` (the same run loop and ledger), yielding an event per finished node and a final one
         with the result. A replayed tool result shows as ``event.replayed``."""
         async for event in self._run(input, RunConfig.parse(config), use_ledger=True):
@@ -135,11 +135,15 @@ class CompiledGraph(Generic[S]):
         async def step() -> StreamEvent:
             return await anext(agen)
 
-        while True:
-            try:
-                yield run_sync(step())
-            except StopAsyncIteration:
-                return
+        try:
+            while True:
+                try:
+                    event = run_sync(step())
+                except StopAsyncIteration:
+                    return
+                yield event
+        finally:  # a caller that stops early must not keep the thread's run lock until garbage collection
+            run_sync(agen.aclose())
 
     async def aget_state(self, thread_id: str) -> S | None:
         """The stored state of a thread, or None."""
@@ -179,32 +183,33 @@ class CompiledGraph(Generic[S]):
         self, input: Mapping[str, Any] | None, cfg: RunConfig, use_ledger: bool
     ) -> AsyncIterator[StreamEvent]:
         new_messages, new_values = self._parse_input(input)
-        cp = self.checkpointer
-        tid = cfg.thread_id
-        snap = await cp.aget_thread(tid)
-        if snap is None:
-            if input is None:
-                raise ConfigError(f"thread {tid!r} has no stored run to resume; pass input to start one")
-            state, version = self.state_schema(), 0
-        else:
-            state = self.state_schema.from_values(snap.values, await cp.alist_messages(tid))
-            version = snap.version
-        seen = {m.message_id for m in state.messages}
-        run = _Run(self, cfg, state, version, seen, use_ledger)
+        async with self.checkpointer.arun_lock(cfg.thread_id):  # one run per thread at a time
+            cp = self.checkpointer
+            tid = cfg.thread_id
+            snap = await cp.aget_thread(tid)
+            if snap is None:
+                if input is None:
+                    raise ConfigError(f"thread {tid!r} has no stored run to resume; pass input to start one")
+                state, version = self.state_schema(), 0
+            else:
+                state = self.state_schema.from_values(snap.values, await cp.alist_messages(tid))
+                version = snap.version
+            seen = {m.message_id for m in state.messages}
+            run = _Run(self, cfg, state, version, seen, use_ledger)
 
-        meta = state.meta
-        if meta.status in ("running", "error") and meta.current_node not in (None, END):
-            log.info("thread %r: resuming the interrupted run at node %r", tid, meta.current_node)
-            async for event in run.loop():
-                yield event
-        fresh = [m for m in new_messages if m.message_id not in run.seen]
-        if fresh or new_values:
-            await run.start(fresh, new_values)
-            async for event in run.loop():
-                yield event
-        yield StreamEvent(
-            END, run.state.meta.step, result=RunResult(tid, run.state, run.version, cfg.thread_id_generated)
-        )
+            meta = state.meta
+            if meta.status in ("running", "error") and meta.current_node not in (None, END):
+                log.info("thread %r: resuming the interrupted run at node %r", tid, meta.current_node)
+                async for event in run.loop():
+                    yield event
+            fresh = [m for m in new_messages if m.message_id not in run.seen]
+            if fresh or new_values:
+                await run.start(fresh, new_values)
+                async for event in run.loop():
+                    yield event
+            yield StreamEvent(
+                END, run.state.meta.step, result=RunResult(tid, run.state, run.version, cfg.thread_id_generated)
+            )
 
     def _next(self, node: str, state: S) -> str:
         if node in self.edges:

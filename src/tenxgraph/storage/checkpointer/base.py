@@ -16,14 +16,16 @@ Contract, for every backend:
 from __future__ import annotations
 
 import json
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from tenxgraph.core.state.messages import JSON, Message, dumps
-from tenxgraph.errors import ConfigError
+from tenxgraph.errors import ConfigError, ThreadBusyError
 from tenxgraph.utils.sync import run_sync
 
 
@@ -116,6 +118,12 @@ class BaseCheckpointer(ABC):
     async def adelete_thread(self, thread_id: str) -> None:
         """Remove the thread, its messages and its ledger records."""
 
+    def arun_lock(self, thread_id: str) -> AbstractAsyncContextManager[None]:
+        """The exclusive right to run *thread_id*, held for a whole run; :class:`ThreadBusyError` if another run
+        holds it. Released when the run ends, and by the operating system or database when its process dies, so
+        a crashed worker never blocks recovery. The default is process-local (right for in-memory storage)."""
+        return _local_run_lock(self, thread_id)
+
     async def aclose(self) -> None:
         """Release connections. The default does nothing."""
 
@@ -176,6 +184,22 @@ def encode_messages(messages: Iterable[Message]) -> list[tuple[str, str]]:
 
 
 RESUMABLE_STATUSES = ("running", "error")
+_local_locks: set[tuple[int, str]] = set()
+_local_locks_guard = threading.Lock()
+
+
+@asynccontextmanager
+async def _local_run_lock(owner: object, thread_id: str) -> AsyncIterator[None]:
+    key = (id(owner), thread_id)
+    with _local_locks_guard:
+        if key in _local_locks:
+            raise ThreadBusyError(thread_id)
+        _local_locks.add(key)
+    try:
+        yield
+    finally:
+        with _local_locks_guard:
+            _local_locks.discard(key)
 
 
 def check_prune_args(older_than: timedelta, batch_size: int) -> float:

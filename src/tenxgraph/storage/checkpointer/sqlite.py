@@ -10,17 +10,19 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from pathlib import Path
 
 from tenxgraph.core.state.messages import JSON, Message, dumps
-from tenxgraph.errors import ConfigError, StaleStateError
+from tenxgraph.errors import ConfigError, StaleStateError, ThreadBusyError
 from tenxgraph.storage.checkpointer.base import (
     RESUMABLE_STATUSES,
     BaseCheckpointer,
@@ -228,6 +230,26 @@ class SqliteCheckpointer(BaseCheckpointer):
         with self._tx() as conn:
             for table in ("tool_executions", "messages", "threads"):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+    @asynccontextmanager
+    async def arun_lock(self, thread_id: str) -> AsyncIterator[None]:
+        """An exclusive ``flock`` on a per-thread file next to the database: every process on this file sees it,
+        and the kernel releases it when the holder dies."""
+        lock_dir = Path(f"{self.path}.locks")
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        name = hashlib.sha256(check_thread_id(thread_id).encode()).hexdigest()
+        fd = os.open(lock_dir / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ThreadBusyError(thread_id) from None
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
     async def aclose(self) -> None:
         with self._lock:

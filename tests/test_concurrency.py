@@ -1,0 +1,141 @@
+"""One executor per call: 8 worker processes resume the same interrupted thread at once, 200 trials per backend.
+
+Each trial crashes a run at a random protected point, then releases 8 real processes together (a barrier) to
+resume it. Every tool body must run at most once per ledger key, one resumer (at least) must finish, the others
+either finish after it or stop with ThreadBusyError before doing anything, and the final thread must hold every
+message exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_replaysafe.checker import ExecutionLog, result_problems
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, ThreadBusyError
+from tenxgraph.core import crashpoints
+from tenxgraph.core.graph.utils.invoke_node_handler import add_tool_observer
+from tenxgraph.storage.checkpointer import BaseCheckpointer, SqliteCheckpointer
+
+WORKERS = 8
+TRIALS = 200
+# Crashes that leave no call in flight (an in-flight sibling is the documented in_flight gap, not a race): before
+# the tool node reads the ledger, or after both records are written. (tool.before_invoke is not one: in-process,
+# the sibling task starts in the same loop iteration before the crash cancels it.)
+PROTECTED_POINTS = [
+    ("run.before_node", [1, 2, 3]),
+    ("tool.before_ledger_read", [1]),
+    ("tool.after_record", [2]),
+    ("node.after_complete", [1, 2, 3]),
+    ("run.after_advance", [1, 2, 3]),
+]
+
+
+def build(cp: BaseCheckpointer) -> Any:
+    async def refund_order(order_id: str) -> str:
+        """Refund an order."""
+        await asyncio.sleep(0.003)  # wide enough for racing resumers to overlap
+        return f"refunded {order_id}"
+
+    async def send_email(to: str) -> str:
+        """Send an email."""
+        await asyncio.sleep(0.003)
+        return f"emailed {to}"
+
+    model = ScriptedModel(
+        [Reply(tool_calls=[("refund_order", {"order_id": "1042"}), ("send_email", {"to": "ada"})]), "Done."]
+    )
+    return ReactAgent(model, tools=[refund_order, send_email]).compile(cp)
+
+
+def _worker(open_cp: Callable[[], BaseCheckpointer], log_path: str, commands: Any, barrier: Any, results: Any) -> None:
+    log = ExecutionLog(Path(log_path))
+    add_tool_observer(log.observe)
+    cp = open_cp()
+    while True:
+        thread = commands.get()
+        if thread is None:
+            break
+        barrier.wait()
+        try:
+            build(cp).invoke(None, {"thread_id": thread})
+            results.put((thread, "done"))
+        except ThreadBusyError:
+            results.put((thread, "busy"))
+        except Exception as exc:  # reported to the coordinator, which fails the test
+            results.put((thread, f"error {type(exc).__name__}: {exc}"))
+    cp.close()
+
+
+def run_trials(open_cp: Callable[[], BaseCheckpointer], workdir: Path, seed: int) -> dict[str, int]:
+    ctx = multiprocessing.get_context("fork")
+    log_path = workdir / "executions.jsonl"
+    log = ExecutionLog(log_path)
+    commands = [ctx.Queue() for _ in range(WORKERS)]
+    results = ctx.Queue()
+    barrier = ctx.Barrier(WORKERS)
+    procs = [
+        ctx.Process(target=_worker, args=(open_cp, str(log_path), commands[i], barrier, results))
+        for i in range(WORKERS)
+    ]
+    for p in procs:
+        p.start()
+    remove = add_tool_observer(log.observe)  # after forking: the workers register their own
+    cp = open_cp()
+    rng = random.Random(seed)
+    outcomes = {"done": 0, "busy": 0}
+    try:
+        for trial in range(TRIALS):
+            thread = f"trial-{seed}-{trial}"
+            point, hits = rng.choice(PROTECTED_POINTS)
+            with crashpoints.armed(point, hit=rng.choice(hits)), pytest.raises(crashpoints.CrashInjected):
+                build(cp).invoke({"messages": [Message.text_message("refund and email")]}, {"thread_id": thread})
+            for queue in commands:
+                queue.put(thread)
+            answers = [results.get(timeout=60) for _ in range(WORKERS)]
+            errors = [a for _, a in answers if a.startswith("error")]
+            assert not errors, (thread, point, errors)
+            kinds = [a for _, a in answers]
+            assert "done" in kinds, (thread, kinds)
+            for kind in kinds:
+                outcomes[kind] += 1
+            counts, _ = log.history(thread)
+            assert counts and max(counts.values()) == 1, (thread, point, dict(counts))  # at most once per key
+            snap = cp.get_thread(thread)
+            messages = cp.list_messages(thread)
+            assert snap is not None and snap.values["meta"]["status"] == "done", (thread, point)
+            assert [m.role for m in messages] == ["user", "assistant", "tool", "tool", "assistant"], (thread, point)
+            assert result_problems(messages) == []
+    finally:
+        for queue in commands:
+            queue.put(None)
+        for p in procs:
+            p.join(timeout=60)
+        remove()
+        cp.close()
+    return outcomes
+
+
+def test_eight_resumers_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    started = time.monotonic()
+    outcomes = run_trials(lambda: SqliteCheckpointer(path), tmp_path, seed=1)
+    assert outcomes["done"] >= TRIALS and outcomes["done"] + outcomes["busy"] == TRIALS * WORKERS
+    assert outcomes["busy"] > 0  # the race really happened
+    print(f"sqlite: {outcomes} in {time.monotonic() - started:.1f}s")
+
+
+def test_eight_resumers_postgres(tmp_path: Path, pg_dsn: str, pg_schema: str) -> None:
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+    PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema).setup()
+    outcomes = run_trials(lambda: PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema), tmp_path, seed=2)
+    assert outcomes["done"] >= TRIALS and outcomes["done"] + outcomes["busy"] == TRIALS * WORKERS
+    assert outcomes["busy"] > 0
