@@ -34,3 +34,19 @@ def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> Non
         run()
     assert bench.RoundTrips.count == 3 * 10
     bench.close_pg(cp)
+
+
+def test_in_doubt_opt_in_costs_one_statement_per_call(pg_dsn: str, pg_schema: str) -> None:
+    """Tools with on_in_doubt write an intent before running: exactly one extra statement per call, no more."""
+    from benchmarks import scenario
+    from tenxgraph import ReactAgent, Reply, ScriptedModel, tool
+
+    cp = bench.make_pg(pg_dsn, pg_schema, counting=True)
+    tools = [tool(on_in_doubt="fail")(scenario.lookup_order), tool(on_in_doubt="fail")(scenario.refund_order)]
+    script = [Reply(tool_calls=[("lookup_order", {"order_id": "1"}), ("refund_order", {"order_id": "1"})]), "ok"]
+    app = ReactAgent(ScriptedModel(script), tools=tools).compile(cp)
+    app.invoke(scenario.tenxgraph_input(), {"thread_id": "warm"})
+    bench.RoundTrips.count = 0
+    app.invoke(scenario.tenxgraph_input(), {"thread_id": "measured"})
+    assert bench.RoundTrips.count == 10 + 2  # the plain run's 10, plus one intent per call
+    bench.close_pg(cp)

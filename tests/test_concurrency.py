@@ -97,6 +97,8 @@ def run_trials(open_cp: Callable[[], BaseCheckpointer], workdir: Path, seed: int
             point, hits = rng.choice(PROTECTED_POINTS)
             with crashpoints.armed(point, hit=rng.choice(hits)), pytest.raises(crashpoints.CrashInjected):
                 build(cp).invoke({"messages": [Message.text_message("refund and email")]}, {"thread_id": thread})
+            crashed = cp.get_thread(thread)
+            assert crashed is not None
             for queue in commands:
                 queue.put(thread)
             answers = [results.get(timeout=60) for _ in range(WORKERS)]
@@ -111,6 +113,7 @@ def run_trials(open_cp: Callable[[], BaseCheckpointer], workdir: Path, seed: int
             snap = cp.get_thread(thread)
             messages = cp.list_messages(thread)
             assert snap is not None and snap.values["meta"]["status"] == "done", (thread, point)
+            assert snap.version > crashed.version  # versions only move forward (compare-and-swap)
             assert [m.role for m in messages] == ["user", "assistant", "tool", "tool", "assistant"], (thread, point)
             assert result_problems(messages) == []
     finally:
