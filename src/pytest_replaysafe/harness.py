@@ -42,6 +42,23 @@ _CHILD_DONE = 3  # the child finished its run: the point was not reached
 _CHILD_FAILED = 4
 
 
+def fork_child(body: Callable[[], int], failure: Path) -> int:
+    """Fork; the child runs *body* and exits with its code (never returning into pytest), writing its traceback
+    to *failure* if it raises. Returns the child's pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = _CHILD_FAILED
+        try:
+            code = body()
+        except BaseException:
+            failure.write_text(traceback.format_exc())
+        finally:
+            os._exit(code)
+    return pid
+
+
 def wait_child(pid: int, timeout: float = CHILD_TIMEOUT_S) -> int | None:
     """``waitpid`` with a deadline: the wait status, or None if the child had to be killed for overrunning it."""
     deadline = time.monotonic() + timeout
@@ -346,23 +363,14 @@ class CrashRun:
         barrier = ctx.Barrier(CONCURRENT_RESUMERS)
         resume_input = input if isinstance(input, list) else None
         failures = [self.workdir / f"{thread}.resumer{i}.error" for i in range(CONCURRENT_RESUMERS)]
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pids = []
-        for failure in failures:
-            pid = os.fork()
-            if pid == 0:  # child: never returns into pytest
-                code = _CHILD_FAILED
-                try:
-                    barrier.wait(timeout=30)
-                    with contextlib.suppress(ThreadBusyError):  # another resumer holds the thread: a fair loss
-                        self._run(app, resume_input, thread, config, False)
-                    code = 0
-                except BaseException:
-                    failure.write_text(traceback.format_exc())
-                finally:
-                    os._exit(code)
-            pids.append(pid)
+
+        def resume() -> int:
+            barrier.wait(timeout=30)
+            with contextlib.suppress(ThreadBusyError):  # another resumer holds the thread: a fair loss
+                self._run(app, resume_input, thread, config, False)
+            return 0
+
+        pids = [fork_child(resume, failure) for failure in failures]
         problems = []
         for pid, failure in zip(pids, failures, strict=True):
             status = wait_child(pid)
@@ -384,30 +392,24 @@ class CrashRun:
     ) -> tuple[bool, str | None, str | None]:
         marker = self.workdir / f"{thread}.marker"
         failure = self.workdir / f"{thread}.error"
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # child: never returns into pytest
-            code = _CHILD_FAILED
-            try:
-                window: dict[str, str] = {}
 
-                def kill(name: str, n: int) -> None:
-                    payload = json.dumps({"point": name, "hit": n, "window": window.get("id")}).encode()
-                    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                    os.write(fd, payload)
-                    os.fsync(fd)
-                    os.close(fd)
-                    os.kill(os.getpid(), signal.SIGKILL)
+        def crash_run() -> int:
+            window: dict[str, str] = {}
 
-                crashpoints.reset()
-                self._arm_first_run(hit, window, kill)
-                self._run(app, input, thread, config, stream)
-                code = _CHILD_DONE
-            except BaseException:
-                failure.write_text(traceback.format_exc())
-            finally:
-                os._exit(code)
+            def kill(name: str, n: int) -> None:
+                payload = json.dumps({"point": name, "hit": n, "window": window.get("id")}).encode()
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.write(fd, payload)
+                os.fsync(fd)
+                os.close(fd)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            crashpoints.reset()
+            self._arm_first_run(hit, window, kill)
+            self._run(app, input, thread, config, stream)
+            return _CHILD_DONE
+
+        pid = fork_child(crash_run, failure)
         status = wait_child(pid)
         if status is None:
             return False, None, f"the child did not reach its crash within {CHILD_TIMEOUT_S:g}s and was killed (hung?)"
