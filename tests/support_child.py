@@ -27,23 +27,27 @@ def open_checkpointer(backend: str, target: str) -> BaseCheckpointer:
     return PgCheckpointer(postgres_dsn=dsn, schema=schema or "public")
 
 
+class FilePayments:
+    """Appends every refund to a file, fsynced: it ignores idempotency keys, to count raw executions."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def apply(self, kind: str, payload: Any = None, idempotency_key: str | None = None) -> dict[str, Any]:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{payload['order']} {payload['amount']}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return {"effect_id": "E-1", "applied": True}
+
+
 def main() -> None:
     backend, target, thread_id, effects = sys.argv[1:5]
 
-    class FilePayments:
-        """Appends every refund to EFFECTS_FILE, fsynced: it ignores idempotency keys to count raw executions."""
-
-        def apply(self, kind: str, payload: Any = None, idempotency_key: str | None = None) -> dict[str, Any]:
-            fd = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, f"{payload['order']} {payload['amount']}\n".encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            return {"effect_id": "E-1", "applied": True}
-
     cp = open_checkpointer(backend, target)
-    app = build_support_agent(cp, FilePayments())
+    app = build_support_agent(cp, FilePayments(effects))
     existing = cp.get_thread(thread_id)
     result = app.invoke(
         None if existing else {"messages": [Message.text_message("refund order 1042")]}, {"thread_id": thread_id}

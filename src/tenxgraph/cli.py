@@ -1,0 +1,54 @@
+"""The ``tenxgraph`` command: ``tenxgraph serve module:app --host 127.0.0.1 --port 8000``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Any
+
+from tenxgraph.core.graph.compiled import CompiledGraph
+
+
+def load_graph(target: str) -> CompiledGraph[Any]:
+    """``module:attr`` naming a CompiledGraph, or a function returning one."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise SystemExit(f"tenxgraph serve: give the graph as module:attribute, got {target!r}")
+    sys.path.insert(0, os.getcwd())
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"tenxgraph serve: cannot load {target!r}: {exc}") from exc
+    graph = obj() if callable(obj) and not isinstance(obj, CompiledGraph) else obj
+    if not isinstance(graph, CompiledGraph):
+        raise SystemExit(f"tenxgraph serve: {target!r} is {type(graph).__name__}, not a compiled graph")
+    return graph
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="tenxgraph")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve a compiled graph over HTTP")
+    serve.add_argument("target", help="module:attribute of a CompiledGraph (or of a function returning one)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--token-env",
+        default="TENXGRAPH_API_TOKEN",
+        help="environment variable holding the bearer token (unset: no auth)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        import uvicorn
+
+        from tenxgraph.server import create_app
+    except ImportError as exc:
+        raise SystemExit(f'tenxgraph serve needs the server extra: pip install "10xgraph[server]" ({exc})') from exc
+    app = create_app(load_graph(args.target), token=os.environ.get(args.token_env) or None)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

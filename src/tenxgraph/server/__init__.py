@@ -1,0 +1,19 @@
+"""An HTTP API over a compiled graph (optional ``server`` extra: Starlette + uvicorn).
+
+The server uses the checkpointer carried by the compiled graph, so a thread interrupted by a crashed server is
+resumed by the next request to it, from any server process::
+
+    POST /threads/{thread_id}/runs   {"messages": [{"role": "user", "text": "...", "message_id": "..."}],
+                                      "config": {"tool_timeout": 60}}
+    GET  /threads/{thread_id}/state
+    GET  /healthz
+
+Send each message with a stable ``message_id`` (for example the client's request id): a retried request then
+finishes the interrupted run instead of adding the message twice.
+"""
+
+from __future__ import annotations
+
+from tenxgraph.server.app import create_app
+
+__all__ = ["create_app"]

@@ -1,0 +1,135 @@
+"""The Starlette application behind ``tenxgraph serve``."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+try:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise ImportError(f'the API server needs the server extra: pip install "10xgraph[server]" ({exc})') from exc
+
+from tenxgraph.core.graph.compiled import CompiledGraph
+from tenxgraph.core.graph.config import KNOWN_KEYS
+from tenxgraph.core.state.messages import Message, TextBlock, new_id
+from tenxgraph.errors import ConfigError, GraphBuildError, SerializationError, ThreadBusyError
+from tenxgraph.utils.constants import LOGGER_NAME
+
+log = logging.getLogger(f"{LOGGER_NAME}.server")
+RUN_FIELDS = ("messages", "config")
+MESSAGE_FIELDS = ("role", "text", "message_id")
+Handler = Callable[[Request], Awaitable[JSONResponse]]
+
+
+class BadRequest(Exception):
+    """A request body the server cannot use: answered with 422 and this message."""
+
+
+def error(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status)
+
+
+def _message(data: Any, index: int) -> Message:
+    if not isinstance(data, dict):
+        raise BadRequest(f"messages[{index}] must be an object with role and text")
+    unknown = sorted(set(data) - set(MESSAGE_FIELDS))
+    if unknown:
+        raise BadRequest(f"messages[{index}] has unknown fields {unknown}; allowed: {list(MESSAGE_FIELDS)}")
+    role, text = data.get("role", "user"), data.get("text")
+    if role not in ("user", "system"):
+        raise BadRequest(f"messages[{index}].role must be 'user' or 'system', got {role!r}")
+    if not isinstance(text, str):
+        raise BadRequest(f"messages[{index}].text must be a string")
+    message_id = data.get("message_id") or new_id()
+    if not isinstance(message_id, str):
+        raise BadRequest(f"messages[{index}].message_id must be a string")
+    return Message(role=role, content=(TextBlock(text),), message_id=message_id)
+
+
+async def _run_body(request: Request) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object with optional fields messages and config")
+    unknown = sorted(set(body) - set(RUN_FIELDS))
+    if unknown:
+        raise BadRequest(f"unknown fields {unknown}; allowed: {list(RUN_FIELDS)}")
+    messages = body.get("messages") or []
+    if not isinstance(messages, list):
+        raise BadRequest("messages must be a list")
+    config = body.get("config") or {}
+    if not isinstance(config, dict) or "thread_id" in config:
+        raise BadRequest(f"config must be an object with keys from {[k for k in KNOWN_KEYS if k != 'thread_id']}")
+    parsed = [_message(m, i) for i, m in enumerate(messages)]
+    return ({"messages": parsed} if parsed else None), config
+
+
+def _state_json(thread_id: str, values: dict[str, Any], messages: list[Message], version: int) -> dict[str, Any]:
+    return {
+        "thread_id": thread_id,
+        "version": version,
+        "status": (values.get("meta") or {}).get("status"),
+        "values": values,
+        "messages": [m.to_dict() for m in messages],
+    }
+
+
+def create_app(graph: CompiledGraph[Any], *, token: str | None = None) -> Starlette:
+    """An ASGI app serving *graph*; with *token*, every endpoint but ``/healthz`` needs ``Bearer <token>``."""
+
+    def guarded(handler: Handler) -> Handler:
+        async def check(request: Request) -> JSONResponse:
+            if token is not None:
+                given = request.headers.get("authorization", "")
+                if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                    return error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+            return await handler(request)
+
+        return check
+
+    async def run(request: Request) -> JSONResponse:
+        thread_id = request.path_params["thread_id"]
+        try:
+            input, config = await _run_body(request)
+            result = await graph.ainvoke(input, {**config, "thread_id": thread_id})
+        except BadRequest as exc:
+            return error(422, str(exc))
+        except ThreadBusyError as exc:
+            return error(409, str(exc), thread_id=thread_id)
+        except (ConfigError, GraphBuildError, SerializationError, ValueError) as exc:
+            return error(422, str(exc), thread_id=thread_id)
+        except Exception as exc:
+            log.exception("run of thread %r failed", thread_id)
+            return error(500, f"{type(exc).__name__}: {exc}", thread_id=thread_id, resumable=True)
+        body = _state_json(thread_id, result.state.values_dict(), result.messages, result.version)
+        body["final_text"] = result.final_text
+        return JSONResponse(body)
+
+    async def state(request: Request) -> JSONResponse:
+        thread_id = request.path_params["thread_id"]
+        snap = await graph.checkpointer.aget_thread(thread_id)
+        if snap is None:
+            return error(404, f"thread {thread_id!r} does not exist")
+        messages = await graph.checkpointer.alist_messages(thread_id)
+        return JSONResponse(_state_json(thread_id, snap.values, messages, snap.version))
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    return Starlette(
+        routes=[
+            Route("/threads/{thread_id}/runs", guarded(run), methods=["POST"]),
+            Route("/threads/{thread_id}/state", guarded(state), methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+        ]
+    )

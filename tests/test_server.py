@@ -1,0 +1,168 @@
+"""The API server: endpoints through Starlette's TestClient, and kill -9 of a real server process mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from examples.payments import LocalProvider
+from examples.support_refund.agent import build_support_agent
+from tenxgraph.core import crashpoints
+from tenxgraph.server import create_app
+from tenxgraph.storage.checkpointer import SqliteCheckpointer
+from tenxgraph.utils.sync import run_sync
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = {"messages": [{"role": "user", "text": "refund order 1042", "message_id": "req-1"}]}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "server.db"
+
+
+@pytest.fixture
+def client(db: Path) -> Any:
+    app = create_app(build_support_agent(SqliteCheckpointer(db), LocalProvider()), token="s3cret")
+    with TestClient(app, headers={"Authorization": "Bearer s3cret"}) as c:
+        yield c
+
+
+def test_run_then_state(client: Any) -> None:
+    response = client.post("/threads/t1/runs", json=RUN)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["final_text"] == "Refunded 20.00 EUR on order 1042." and body["status"] == "done"
+    assert body["messages"][0]["message_id"] == "req-1" and len(body["messages"]) == 6
+    state = client.get("/threads/t1/state").json()
+    assert state["version"] == body["version"] and state["messages"] == body["messages"]
+    again = client.post("/threads/t1/runs", json=RUN)  # a retried request: the same message is not added twice
+    assert again.status_code == 200 and len(again.json()["messages"]) == 6
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        (json.dumps({"messages": [], "mesages": []}), "unknown fields ['mesages']"),
+        (json.dumps({"messages": [{"role": "user", "txt": "hi"}]}), "messages[0] has unknown fields ['txt']"),
+        (json.dumps({"messages": [{"role": "tool", "text": "hi"}]}), "messages[0].role must be 'user' or 'system'"),
+        (json.dumps({"messages": "hi"}), "messages must be a list"),
+        (json.dumps({"config": {"thread_id": "x"}}), "config must be an object with keys from"),
+        (json.dumps({"config": {"node_timeout": "fast"}}), "node_timeout must be a number"),
+    ],
+)
+def test_bad_requests_are_422_with_a_clear_body(client: Any, body: str, message: str) -> None:
+    response = client.post("/threads/t1/runs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422 and message in response.json()["error"]
+
+
+def test_unknown_thread_state_is_404(client: Any) -> None:
+    response = client.get("/threads/nope/state")
+    assert response.status_code == 404 and "does not exist" in response.json()["error"]
+
+
+def test_bearer_token_is_required(db: Path) -> None:
+    app = create_app(build_support_agent(SqliteCheckpointer(db), LocalProvider()), token="s3cret")
+    with TestClient(app) as anonymous:
+        assert anonymous.post("/threads/t1/runs", json=RUN).status_code == 401
+        assert anonymous.get("/threads/t1/state", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert anonymous.get("/healthz").status_code == 200
+
+
+def test_a_run_in_progress_on_the_thread_is_409(client: Any, db: Path) -> None:
+    lock = SqliteCheckpointer(db).arun_lock("busy")  # another worker holds the thread
+    run_sync(lock.__aenter__())
+    try:
+        response = client.post("/threads/busy/runs", json=RUN)
+    finally:
+        run_sync(lock.__aexit__(None, None, None))
+    assert response.status_code == 409 and "being run by another worker" in response.json()["error"]
+    assert client.post("/threads/busy/runs", json=RUN).status_code == 200  # free again
+
+
+# -- a real server process, killed mid-run -----------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tenxgraph.cli", "serve", "tests.server_app:app", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
+                if response.status == 200:
+                    return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited: {proc.stdout.read().decode() if proc.stdout else ''}") from None
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("server did not start within 30 s")
+
+
+def post_run(port: int, thread: str) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/threads/{thread}/runs",
+        data=json.dumps(RUN).encode(),
+        method="POST",
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_kill_9_server_mid_run_then_restart_finishes_with_one_refund(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "sqlite":
+        target = str(tmp_path / "server.db")
+    else:
+        target = f"{request.getfixturevalue('pg_dsn')}#{request.getfixturevalue('pg_schema')}"
+    effects = tmp_path / "effects.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TENX_BACKEND": backend,
+        "TENX_TARGET": target,
+        "TENX_EFFECTS": str(effects),
+        crashpoints.ENV_MARKER: str(tmp_path / "marker.json"),
+    }
+    port = free_port()
+    doomed = start_server(port, {**env, crashpoints.ENV_CRASH_AT: "tool.after_record:2:kill"})
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        post_run(port, "ticket-1042")  # the server dies mid-run: the connection drops
+    assert doomed.wait(timeout=30) == -9
+    assert crashpoints.read_marker(tmp_path / "marker.json") == ("tool.after_record", 2)
+    env.pop(crashpoints.ENV_CRASH_AT, None)
+    restarted = start_server(port, env)
+    try:
+        body = post_run(port, "ticket-1042")  # the client retries the same request
+    finally:
+        restarted.terminate()
+        restarted.wait(timeout=30)
+    assert body["final_text"] == "Refunded 20.00 EUR on order 1042." and body["status"] == "done"
+    assert effects.read_text().splitlines() == ["1042 20.0"]  # refund_order ran once
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
