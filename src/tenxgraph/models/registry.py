@@ -56,5 +56,11 @@ def _planned(provider: str) -> ProviderFactory:
     return factory
 
 
+def _openai(model: str, **options: Any) -> ChatModel:
+    from tenxgraph.models.openai import OpenAIChatModel
+
+    return OpenAIChatModel(model, **options)
+
+
 register_provider("google", _planned("google"))
-register_provider("openai", _planned("openai"))
+register_provider("openai", _openai)

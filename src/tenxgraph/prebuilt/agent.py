@@ -30,8 +30,10 @@ class ReactAgent(Generic[S]):
         system_prompt: str | Sequence[str] = (),
         tools: Sequence[Callable[..., Any] | Tool] = (),
         state_schema: type[S] = AgentState,  # type: ignore[assignment]
+        model_options: dict[str, Any] | None = None,
     ) -> None:
-        self.model = resolve_model(model, provider)
+        """``model_options`` go to the provider (e.g. ``{"base_url": ..., "api_key": ...}``)."""
+        self.model = resolve_model(model, provider, **(model_options or {}))
         prompts = [system_prompt] if isinstance(system_prompt, str) else list(system_prompt)
         self.system_messages = [Message.system(p, message_id=f"system_{i}") for i, p in enumerate(prompts)]
         self.tool_node = ToolNode(tools)
