@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from tenxgraph.core.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, ThreadSnapshot
@@ -64,3 +68,34 @@ class SpyCheckpointer(BaseCheckpointer):
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self.inner.adelete_thread(thread_id)
+
+
+class WireServer:
+    """A local HTTP server speaking a provider's wire format: answers every POST from a script of
+    (status, headers, body) and records the requests. Tests never reach the internet."""
+
+    def __init__(self) -> None:
+        self.script: list[tuple[int, dict[str, str], dict[str, Any]]] = []
+        self.requests: list[dict[str, Any]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                server.requests.append({"path": self.path, "body": json.loads(self.rfile.read(length))})
+                status, headers, body = server.script.pop(0)
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                for name, value in {"content-type": "application/json", **headers}.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.url = f"{self.base}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from tenxgraph import Message, ReactAgent
 from tenxgraph.errors import ConfigError
 from tenxgraph.models import resolve_model
+from tests.helpers import WireServer
 
 
 def completion(content: str | None = None, calls: list[tuple[str, str, dict[str, Any]]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
@@ -30,35 +29,6 @@ def completion(content: str | None = None, calls: list[tuple[str, str, dict[str,
         "choices": [{"index": 0, "finish_reason": "tool_calls" if calls else "stop", "message": message}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
-
-
-class WireServer:
-    """Answers POST /v1/chat/completions from a script of (status, headers, body); records every request."""
-
-    def __init__(self) -> None:
-        self.script: list[tuple[int, dict[str, str], dict[str, Any]]] = []
-        self.requests: list[dict[str, Any]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", 0))
-                server.requests.append({"path": self.path, "body": json.loads(self.rfile.read(length))})
-                status, headers, body = server.script.pop(0)
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                for name, value in {"content-type": "application/json", **headers}.items():
-                    self.send_header(name, value)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
 
 @pytest.fixture

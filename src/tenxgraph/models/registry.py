@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tenxgraph.errors import ConfigError, ProviderUnavailableError, UnknownProviderError
+from tenxgraph.errors import ConfigError, UnknownProviderError
 from tenxgraph.models.base import ChatModel
 
 ProviderFactory = Callable[..., ChatModel]
@@ -46,21 +46,17 @@ def resolve_model(model: str | ChatModel, provider: str | None = None, **options
     return factory(name.removeprefix(f"{provider}/"), **options)
 
 
-def _planned(provider: str) -> ProviderFactory:
-    def factory(model: str, **options: Any) -> ChatModel:
-        raise ProviderUnavailableError(
-            f"provider {provider!r} (model {model!r}) has no client in this release of 10xgraph; pass a ChatModel "
-            "instance (ScriptedModel offline) or register your own with tenxgraph.models.register_provider()"
-        )
-
-    return factory
-
-
 def _openai(model: str, **options: Any) -> ChatModel:
     from tenxgraph.models.openai import OpenAIChatModel
 
     return OpenAIChatModel(model, **options)
 
 
-register_provider("google", _planned("google"))
+def _google(model: str, **options: Any) -> ChatModel:
+    from tenxgraph.models.google import GoogleChatModel
+
+    return GoogleChatModel(model, **options)
+
+
+register_provider("google", _google)
 register_provider("openai", _openai)
