@@ -99,3 +99,14 @@ class WireServer:
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.url = f"{self.base}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+# Two tools for the provider tests (what they return goes over the wire as tool results).
+def refund_order(order_id: str, amount: float) -> str:
+    """Refund an amount on an order."""
+    return f"refunded {amount} on {order_id}"
+
+
+def lookup_order(order_id: str) -> dict[str, Any]:
+    """Look up an order."""
+    return {"order_id": order_id, "total": 20.0}

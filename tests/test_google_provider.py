@@ -9,7 +9,7 @@ import pytest
 
 from tenxgraph import Message, ReactAgent
 from tenxgraph.errors import ConfigError
-from tests.helpers import WireServer
+from tests.helpers import WireServer, lookup_order, refund_order
 
 
 def reply(text: str | None = None, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -28,16 +28,6 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[WireServer]:
     server = WireServer()
     yield server
     server.httpd.shutdown()
-
-
-def refund_order(order_id: str, amount: float) -> str:
-    """Refund an amount on an order."""
-    return f"refunded {amount} on {order_id}"
-
-
-def lookup_order(order_id: str) -> dict[str, Any]:
-    """Look up an order."""
-    return {"order_id": order_id, "total": 20.0}
 
 
 def agent(wire: WireServer) -> Any:

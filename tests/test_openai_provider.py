@@ -11,7 +11,7 @@ import pytest
 from tenxgraph import Message, ReactAgent
 from tenxgraph.errors import ConfigError
 from tenxgraph.models import resolve_model
-from tests.helpers import WireServer
+from tests.helpers import WireServer, lookup_order, refund_order
 
 
 def completion(content: str | None = None, calls: list[tuple[str, str, dict[str, Any]]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
@@ -36,16 +36,6 @@ def wire() -> Iterator[WireServer]:
     server = WireServer()
     yield server
     server.httpd.shutdown()
-
-
-def refund_order(order_id: str, amount: float) -> str:
-    """Refund an amount on an order."""
-    return f"refunded {amount} on {order_id}"
-
-
-def lookup_order(order_id: str) -> dict[str, Any]:
-    """Look up an order."""
-    return {"order_id": order_id, "total": 20.0}
 
 
 def agent(wire: WireServer) -> Any:
