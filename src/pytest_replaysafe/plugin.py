@@ -399,19 +399,13 @@ def _replaysafe_redis() -> Iterator[services.Service]:
 @pytest.fixture
 def pg_dsn(_replaysafe_pg: services.Service) -> str:
     """A PostgreSQL DSN (REPLAYSAFE_PG_DSN, or a testcontainers container); skips/fails when there is none."""
-    if _replaysafe_pg.address is None:
-        services.unavailable("PostgreSQL", _replaysafe_pg.reason)
-    assert _replaysafe_pg.address is not None
-    return _replaysafe_pg.address
+    return services.address_or_skip(_replaysafe_pg, "PostgreSQL")
 
 
 @pytest.fixture
 def redis_url(_replaysafe_redis: services.Service) -> str:
     """A Redis URL (REPLAYSAFE_REDIS_URL, or a testcontainers container); skips/fails when there is none."""
-    if _replaysafe_redis.address is None:
-        services.unavailable("Redis", _replaysafe_redis.reason)
-    assert _replaysafe_redis.address is not None
-    return _replaysafe_redis.address
+    return services.address_or_skip(_replaysafe_redis, "Redis")
 
 
 @pytest.fixture

@@ -37,6 +37,14 @@ def unavailable(service: str, reason: str) -> None:
     pytest.skip(message)
 
 
+def address_or_skip(service: Service, name: str) -> str:
+    """The service's address, or skip/fail (see :func:`unavailable`) when it has none."""
+    if service.address is None:
+        unavailable(name, service.reason)
+    assert service.address is not None
+    return service.address
+
+
 def docker_available() -> bool:
     try:
         import docker

@@ -10,12 +10,12 @@ retried with backoff, honouring ``Retry-After`` (the SDK's own retries are switc
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from tenxgraph.core.state.messages import JSON, Message, TextBlock, ToolCallBlock
-from tenxgraph.errors import ConfigError, ProviderUnavailableError
+from tenxgraph.errors import ProviderUnavailableError
+from tenxgraph.models.base import require_api_key
 
 API_KEY_ENVS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -50,12 +50,7 @@ class GoogleChatModel:
             raise ProviderUnavailableError(
                 f'provider "google" needs the google extra: pip install "10xgraph[google]" ({exc})'
             ) from exc
-        key = api_key or next((os.environ[e] for e in API_KEY_ENVS if os.environ.get(e)), None)
-        if not key:
-            raise ConfigError(
-                f"provider 'google' (model {model!r}) needs an API key: set {' or '.join(API_KEY_ENVS)} or pass "
-                "api_key=; no request was sent"
-            )
+        key = require_api_key("google", model, api_key, API_KEY_ENVS)
         self.types = types
         self.model = model
         self.max_retries = max_retries

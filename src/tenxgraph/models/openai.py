@@ -10,12 +10,12 @@ fresh ``message_id``. Retries with backoff on 429 and 5xx, honouring ``Retry-Aft
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from tenxgraph.core.state.messages import JSON, Message, TextBlock, ToolCallBlock
-from tenxgraph.errors import ConfigError, ProviderUnavailableError
+from tenxgraph.errors import ProviderUnavailableError
+from tenxgraph.models.base import require_api_key
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
@@ -83,12 +83,7 @@ class OpenAIChatModel:
             raise ProviderUnavailableError(
                 f'provider "openai" needs the openai extra: pip install "10xgraph[openai]" ({exc})'
             ) from exc
-        key = api_key or os.environ.get(API_KEY_ENV)
-        if not key:
-            raise ConfigError(
-                f"provider 'openai' (model {model!r}) needs an API key: set {API_KEY_ENV} or pass api_key=; "
-                "no request was sent"
-            )
+        key = require_api_key("openai", model, api_key, [API_KEY_ENV])
         self.model = model
         self.create_options = create_options
         self.client = openai.AsyncOpenAI(api_key=key, base_url=base_url, max_retries=max_retries, timeout=timeout)

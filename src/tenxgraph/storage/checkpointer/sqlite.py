@@ -88,6 +88,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         self.timeout = timeout
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._lock_dir_ready = False
         self._pid = 0
 
     def __repr__(self) -> str:
@@ -236,7 +237,9 @@ class SqliteCheckpointer(BaseCheckpointer):
         """An exclusive ``flock`` on a per-thread file next to the database: every process on this file sees it,
         and the kernel releases it when the holder dies."""
         lock_dir = Path(f"{self.path}.locks")
-        lock_dir.mkdir(parents=True, exist_ok=True)
+        if not self._lock_dir_ready:
+            lock_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_dir_ready = True
         name = hashlib.sha256(check_thread_id(thread_id).encode()).hexdigest()
         fd = os.open(lock_dir / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
