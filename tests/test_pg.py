@@ -8,6 +8,7 @@ import logging
 import subprocess
 import sys
 import threading
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -171,13 +172,22 @@ def test_losing_run_cannot_regress_the_cache(pg_redis_checkpointer: PgCheckpoint
     run_sync(main())
 
 
-@pytest.mark.xdist_group("redis-flush")
-def test_resume_after_flushall_uses_postgres(pg_redis_checkpointer: PgCheckpointer, redis_url: str) -> None:
+def test_resume_after_the_cache_is_emptied_uses_postgres(pg_redis_checkpointer: PgCheckpointer, redis_url: str) -> None:
+    """The cache loses everything (as after a Redis restart): deleted here key by key under this checkpointer's
+    own prefix, never the whole database, which may hold the user's data; a key outside the prefix survives."""
     runs: Counter[str] = Counter()
+    client = redis.Redis.from_url(redis_url)
+    bystander = f"replaysafe-test-bystander:{uuid.uuid4().hex}"
+    client.set(bystander, "user data", ex=600)
     with crashpoints.armed("tool.after_record", hit=1), pytest.raises(CrashInjected):
         counting_agent(pg_redis_checkpointer, runs).invoke(MSG, {"thread_id": "t"})
     keys_before = set(pg_redis_checkpointer.list_tool_results("t"))
-    redis.Redis.from_url(redis_url).flushall()
+    run_sync(pg_redis_checkpointer.aflush_cache_writes())
+    ours = list(client.scan_iter(match=pg_redis_checkpointer.cache_prefix + "*"))
+    assert ours and all(k.decode().startswith(pg_redis_checkpointer.cache_prefix) for k in ours)
+    client.delete(*ours)
+    assert client.get(bystander) == b"user data"
+    client.delete(bystander)
     snap = pg_redis_checkpointer.get_thread("t")
     assert snap is not None and snap.values["meta"]["current_node"] == "TOOL"
     result = counting_agent(pg_redis_checkpointer, runs).invoke(None, {"thread_id": "t"})

@@ -270,7 +270,7 @@ class PgCheckpointer(BaseCheckpointer):
         client = await self._cache()
         if client is not None:
             try:
-                data = await client.hgetall(self._cache_key(thread_id))
+                data = await client.hgetall(self.cache_key(thread_id))
                 if data:
                     import json
 
@@ -406,13 +406,19 @@ class PgCheckpointer(BaseCheckpointer):
         client = await self._cache()
         if client is not None:
             try:
-                await client.delete(self._cache_key(thread_id))
+                await client.delete(self.cache_key(thread_id))
             except Exception as exc:
                 log.warning("Redis cache delete for thread %r failed: %s", thread_id, exc)
 
     # -- Redis cache ------------------------------------------------------------------------------------
-    def _cache_key(self, thread_id: str) -> str:
-        return f"tenxgraph:{self.schema}:thread:{thread_id}"
+    @property
+    def cache_prefix(self) -> str:
+        """Every Redis key this checkpointer writes starts with this (one prefix per schema)."""
+        return f"tenxgraph:{self.schema}:"
+
+    def cache_key(self, thread_id: str) -> str:
+        """The Redis hash holding *thread_id*'s cached state (fields ``version`` and ``state``)."""
+        return f"{self.cache_prefix}thread:{thread_id}"
 
     async def _cache(self) -> aioredis.Redis | None:
         if not self.has_cache:
@@ -436,7 +442,7 @@ class PgCheckpointer(BaseCheckpointer):
             if client is None:
                 return False
             written = await self._cache_script(
-                keys=[self._cache_key(thread_id)], args=[version, state_json, self.cache_ttl], client=client
+                keys=[self.cache_key(thread_id)], args=[version, state_json, self.cache_ttl], client=client
             )
             return bool(written)
         except Exception as exc:
