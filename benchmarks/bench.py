@@ -186,9 +186,15 @@ def crash_matrix_throughput(workdir: Path, hits_per_mode: int) -> dict[str, Any]
                     workdir=d,
                     seed=1,
                     rules=KNOWN_GAPS,
+                    backend=None,
+                    repro="",
                 )
-                app = build_support_agent(cp, Effects(d / "effects.db"))
-                run.invoke(app, {"messages": [Message.text_message("refund order 1042")]})
+                payments = Effects(d / "effects.db")
+                request = {"messages": [Message.text_message("refund order 1042")]}
+                run.invoke(build_support_agent(cp, payments), request)
+                for hit in run.planned_hits():  # the plugin runs the test body once per hit
+                    run.begin_execution(hit)
+                    run.invoke(build_support_agent(cp, payments), request)
                 cells += len(run.results)
                 durations += [r.duration_s * 1000 for r in run.results]
                 cp.close()

@@ -12,13 +12,15 @@ import asyncio
 import multiprocessing
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_replaysafe.checker import ExecutionLog, result_problems
+from pytest_replaysafe.evidence import ExecutionLog
+from pytest_replaysafe.verdict import result_problems
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, ThreadBusyError
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.utils.invoke_node_handler import add_tool_observer
@@ -108,7 +110,7 @@ def run_trials(open_cp: Callable[[], BaseCheckpointer], workdir: Path, seed: int
             assert "done" in kinds, (thread, kinds)
             for kind in kinds:
                 outcomes[kind] += 1
-            counts, _ = log.history(thread)
+            counts = Counter(e.id for e in log.entries(thread) if e.event == "start")
             assert counts and max(counts.values()) == 1, (thread, point, dict(counts))  # at most once per key
             snap = cp.get_thread(thread)
             messages = cp.list_messages(thread)

@@ -24,7 +24,7 @@ def test_parallel_tools_are_replay_safe(crash_run: CrashRun, effects: Effects) -
 def test_finished_siblings_are_skipped_on_replay(effects: Effects) -> None:
     cp = InMemoryCheckpointer()
     runs: list[str] = []
-    remove = add_tool_observer(lambda info, event: runs.append(info.tool) if event == "start" else None)
+    remove = add_tool_observer(lambda event: runs.append(event.call.tool) if event.kind == "start" else None)
     try:
         # refund and ticket are recorded, then the process "dies" while the slow email is still running
         with crashpoints.armed("tool.after_record", hit=2), pytest.raises(crashpoints.CrashInjected):

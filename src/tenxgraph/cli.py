@@ -35,6 +35,12 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=5.0,
+        help="seconds a run waits for a thread held by another run before answering 409 (default 5)",
+    )
+    serve.add_argument(
         "--token-env",
         default="TENXGRAPH_API_TOKEN",
         help="environment variable holding the bearer token (unset: no auth)",
@@ -46,7 +52,9 @@ def main(argv: list[str] | None = None) -> None:
         from tenxgraph.server import create_app
     except ImportError as exc:
         raise SystemExit(f'tenxgraph serve needs the server extra: pip install "10xgraph[server]" ({exc})') from exc
-    app = create_app(load_graph(args.target), token=os.environ.get(args.token_env) or None)
+    app = create_app(
+        load_graph(args.target), token=os.environ.get(args.token_env) or None, lock_timeout=args.lock_timeout
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

@@ -56,14 +56,17 @@ class StaleStateError(TenxGraphError):
 class ThreadBusyError(StaleStateError):
     """Another run holds the thread right now (a client retry, a second worker): nothing was run or written."""
 
-    def __init__(self, thread_id: str) -> None:
+    def __init__(self, thread_id: str, waited: float | None = None) -> None:
         self.thread_id = thread_id
         self.expected = 0
         self.actual = None
+        self.waited = waited
+        how = f" (waited {waited:g}s for it)" if waited else ""
         TenxGraphError.__init__(
             self,
-            f"thread {thread_id!r} is being run by another worker right now; nothing was run. Retry when that run "
-            "has finished (a run's lock is released when it ends or its process dies)",
+            f"thread {thread_id!r} is being run by another worker right now{how}; nothing was run. Retry when that "
+            "run has finished, or pass config={'lock_timeout': seconds} to wait (a run's lock is released when it "
+            "ends or its process dies)",
         )
 
 

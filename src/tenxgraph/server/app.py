@@ -84,8 +84,11 @@ def _state_json(thread_id: str, values: dict[str, Any], messages: list[Message],
     }
 
 
-def create_app(graph: CompiledGraph[Any], *, token: str | None = None) -> Starlette:
-    """An ASGI app serving *graph*; with *token*, every endpoint but ``/healthz`` needs ``Bearer <token>``."""
+def create_app(graph: CompiledGraph[Any], *, token: str | None = None, lock_timeout: float = 5.0) -> Starlette:
+    """An ASGI app serving *graph*; with *token*, every endpoint but ``/healthz`` needs ``Bearer <token>``.
+
+    A run waits up to *lock_timeout* seconds for the thread's run lock (a request's ``config.lock_timeout`` wins):
+    a client retrying right after a crashed server must not get 409 while the database frees the dead lock."""
 
     def guarded(handler: Handler) -> Handler:
         async def check(request: Request) -> JSONResponse:
@@ -101,7 +104,7 @@ def create_app(graph: CompiledGraph[Any], *, token: str | None = None) -> Starle
         thread_id = request.path_params["thread_id"]
         try:
             input, config = await _run_body(request)
-            result = await graph.ainvoke(input, {**config, "thread_id": thread_id})
+            result = await graph.ainvoke(input, {"lock_timeout": lock_timeout, **config, "thread_id": thread_id})
         except BadRequest as exc:
             return error(422, str(exc))
         except ThreadBusyError as exc:

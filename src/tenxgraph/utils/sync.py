@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -32,12 +33,48 @@ def _start_loop() -> asyncio.AbstractEventLoop:
 
 
 def _forget_loop_after_fork() -> None:
-    global _loop, _lock
+    global _loop, _lock, _busy, _busy_cond
     _loop = None
     _lock = threading.Lock()
+    _busy, _busy_cond = 0, threading.Condition()  # the parent's worker threads do not exist here
 
 
 os.register_at_fork(after_in_child=_forget_loop_after_fork)
+
+_busy = 0
+_busy_cond = threading.Condition()
+
+
+async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``asyncio.to_thread`` for sync tools and nodes, counting threads that are running them.
+
+    A cancelled call's thread cannot be stopped and keeps running; :func:`wait_threads_idle` lets a caller
+    (the crash-matrix harness before it forks) wait until no such thread is inside user code or a driver."""
+
+    def counted() -> T:
+        global _busy
+        with _busy_cond:
+            _busy += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with _busy_cond:
+                _busy -= 1
+                _busy_cond.notify_all()
+
+    return await asyncio.to_thread(counted)
+
+
+def wait_threads_idle(timeout: float) -> bool:
+    """Wait until no thread started by :func:`to_thread` is running; False if *timeout* seconds passed first."""
+    deadline = time.monotonic() + timeout
+    with _busy_cond:
+        while _busy:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            _busy_cond.wait(left)
+    return True
 
 
 def sync_loop() -> asyncio.AbstractEventLoop:

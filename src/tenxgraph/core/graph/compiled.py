@@ -26,10 +26,10 @@ from tenxgraph.core.graph.context import RunContext, reset_current_run, set_curr
 from tenxgraph.core.state.messages import Message
 from tenxgraph.core.state.state import AgentState
 from tenxgraph.errors import ConfigError, GraphBuildError, GraphRecursionError, NodeTimeoutError
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer, hold_run_lock
 from tenxgraph.storage.checkpointer.memory import InMemoryCheckpointer
 from tenxgraph.utils.constants import END, LOGGER_NAME
-from tenxgraph.utils.sync import run_sync
+from tenxgraph.utils.sync import run_sync, to_thread
 
 if TYPE_CHECKING:
     from tenxgraph.core.graph.state_graph import StateGraph
@@ -183,7 +183,7 @@ class CompiledGraph(Generic[S]):
         self, input: Mapping[str, Any] | None, cfg: RunConfig, use_ledger: bool
     ) -> AsyncIterator[StreamEvent]:
         new_messages, new_values = self._parse_input(input)
-        async with self.checkpointer.arun_lock(cfg.thread_id):  # one run per thread at a time
+        async with hold_run_lock(self.checkpointer, cfg.thread_id, cfg.lock_timeout):  # one run per thread at a time
             cp = self.checkpointer
             tid = cfg.thread_id
             snap = await cp.aget_thread(tid)
@@ -289,7 +289,7 @@ class _Run(Generic[S]):
         token = set_current_run(RunContext(cfg, graph.checkpointer, node, self.use_ledger))
         try:
             async with asyncio.timeout(cfg.node_timeout) as limit:
-                return await (fn(view) if graph._async_nodes[node] else asyncio.to_thread(fn, view))
+                return await (fn(view) if graph._async_nodes[node] else to_thread(fn, view))
         except TimeoutError as exc:
             if not limit.expired():
                 await self._fail(node, exc)

@@ -1,4 +1,8 @@
-"""Per-run configuration: ``config={"thread_id": "t1", "tool_timeout": 60, "node_timeout": 120}``."""
+"""Per-run configuration: ``config={"thread_id": "t1", "tool_timeout": 60, "node_timeout": 120, "lock_timeout": 5}``.
+
+``lock_timeout``: how long a run waits for the thread's run lock when another run holds it (default 0: fail at
+once with ``ThreadBusyError``). A resume right after a crash may need it: PostgreSQL frees a killed process's
+session lock only when its backend notices the dead connection, a few milliseconds later."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from tenxgraph.utils.constants import LOGGER_NAME, NODE_TIMEOUT, RECURSION_LIMIT
 
 log = logging.getLogger(LOGGER_NAME)
 
-KNOWN_KEYS = ("thread_id", "node_timeout", "tool_timeout", "recursion_limit")
+KNOWN_KEYS = ("thread_id", "node_timeout", "tool_timeout", "recursion_limit", "lock_timeout")
 
 
 def parse_timeout(name: str, value: object) -> float | None:
@@ -35,6 +39,7 @@ class RunConfig:
     node_timeout: float | None
     tool_timeout: float | None
     recursion_limit: int
+    lock_timeout: float | None = None
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> RunConfig:
@@ -62,4 +67,5 @@ class RunConfig:
             node_timeout=parse_timeout("node_timeout", config.get("node_timeout", NODE_TIMEOUT)),
             tool_timeout=parse_timeout("tool_timeout", config.get("tool_timeout", TOOL_TIMEOUT)),
             recursion_limit=limit,
+            lock_timeout=parse_timeout("lock_timeout", config.get("lock_timeout", 0)),
         )

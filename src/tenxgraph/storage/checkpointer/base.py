@@ -15,8 +15,10 @@ Contract, for every backend:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -181,6 +183,35 @@ class BaseCheckpointer(ABC):
 def encode_messages(messages: Iterable[Message]) -> list[tuple[str, str]]:
     """``(message_id, json)`` pairs, raising a clear error for a message that cannot be stored."""
     return [(m.message_id, dumps(m.to_dict(), f"message {m.message_id}")) for m in messages]
+
+
+@asynccontextmanager
+async def hold_run_lock(checkpointer: BaseCheckpointer, thread_id: str, timeout: float | None) -> AsyncIterator[None]:
+    """Hold *checkpointer*'s run lock on *thread_id*, waiting up to *timeout* seconds (None: not at all) while
+    another run holds it; then :class:`ThreadBusyError`, saying how long it waited."""
+    deadline = time.monotonic() + (timeout or 0.0)
+    delay = 0.005
+    while True:
+        lock = checkpointer.arun_lock(thread_id)
+        try:
+            await lock.__aenter__()
+        except ThreadBusyError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if timeout:
+                    raise ThreadBusyError(thread_id, waited=timeout) from None
+                raise
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 0.1)
+            continue
+        break
+    try:
+        yield
+    except BaseException as exc:
+        if not await lock.__aexit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        await lock.__aexit__(None, None, None)
 
 
 RESUMABLE_STATUSES = ("running", "error")

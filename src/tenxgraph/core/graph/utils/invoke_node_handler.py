@@ -36,6 +36,7 @@ from tenxgraph.core.graph.tools import Tool, ToolArgumentError, ToolOutput
 from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock
 from tenxgraph.errors import SerializationError, ToolTimeoutError
 from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.sync import to_thread
 
 log = logging.getLogger(LOGGER_NAME)
 events_log = logging.getLogger(f"{LOGGER_NAME}.events")
@@ -82,13 +83,30 @@ class ToolCallInfo:
 ToolContext = ToolCallInfo
 """Declare a parameter of this type in a tool to receive the call's context (never shown to the model)."""
 
-ToolObserver = Callable[[ToolCallInfo, str], None]
-"""Called with the call and an event: ``"start"`` (the body is about to run), ``"end"`` (it returned or raised),
-``"recorded"`` (its ledger record is written), ``"timeout"`` (it was cancelled) or ``"in_doubt"`` (a resume found
-its intent without a result). After a crash, a call whose last
-event is ``start`` was in flight, and one whose last event is ``end`` was between return and record."""
+
+@dataclass(frozen=True, slots=True)
+class ToolEvent:
+    """What a :data:`ToolObserver` is told. ``kind`` is ``"start"`` (the body is about to run), ``"end"`` (it
+    returned or raised: ``output`` is what it returned, or the error text, with ``is_error``), ``"recorded"`` (its
+    ledger record is written), ``"timeout"`` (it was cancelled) or ``"in_doubt"`` (a resume found its intent
+    without a result). After a crash, a call whose last event is ``start`` was in flight, and one whose last event
+    is ``end`` was between return and record."""
+
+    kind: str
+    call: ToolCallInfo
+    output: object = None
+    is_error: bool = False
+
+
+ToolObserver = Callable[[ToolEvent], None]
+"""Called with every :class:`ToolEvent` of executed (not replayed) calls."""
 _observers: list[ToolObserver] = []
 _current_call: contextvars.ContextVar[ToolCallInfo | None] = contextvars.ContextVar("tenxgraph_tool", default=None)
+
+CompletionOrder = Callable[[list[ToolCallInfo]], list[int]]
+"""Given the calls of a batch that are about to run, the order (a permutation of their ``index``) in which they may
+pass from their return to their record. Installed by test harnesses only (:func:`set_completion_order`)."""
+_completion_order: CompletionOrder | None = None
 
 
 def current_tool_call() -> ToolCallInfo | None:
@@ -97,11 +115,49 @@ def current_tool_call() -> ToolCallInfo | None:
 
 
 def add_tool_observer(observer: ToolObserver) -> Callable[[], None]:
-    """Call *observer* when a tool body is about to run (not on replays) and when one times out.
+    """Call *observer* with the :class:`ToolEvent` of every executed call (not of replays).
 
     Returns a function that removes it. Instrumentation for test harnesses; observers must be quick."""
     _observers.append(observer)
     return lambda: _observers.remove(observer) if observer in _observers else None
+
+
+def _notify(kind: str, info: ToolCallInfo, output: object = None, is_error: bool = False) -> None:
+    if _observers:
+        event = ToolEvent(kind, info, output, is_error)
+        for observer in list(_observers):
+            observer(event)
+
+
+def set_completion_order(order: CompletionOrder | None) -> None:
+    """Make parallel calls pass from return to record one at a time, in the order *order* gives (None: as they
+    come). Bodies still run concurrently; a returned call waits for its turn before it is reported and recorded.
+    The crash-matrix harness installs a seeded order so that which siblings have returned or been recorded when a
+    crash fires is decided by the seed, not by timing."""
+    global _completion_order
+    _completion_order = order
+
+
+class _Turns:
+    """The seeded completion order of one batch: a call may pass once every call before it in the order is done."""
+
+    def __init__(self, order: list[int]) -> None:
+        self.rank = {index: position for position, index in enumerate(order)}
+        self.done: set[int] = set()
+        self.changed = asyncio.Condition()
+
+    async def wait(self, index: int) -> None:
+        before = {i for i, pos in self.rank.items() if pos < self.rank.get(index, -1)}
+        async with self.changed:
+            await self.changed.wait_for(lambda: before <= self.done)
+
+    async def finish(self, index: int) -> None:
+        async with self.changed:
+            self.done.add(index)
+            self.changed.notify_all()
+
+
+_turns: contextvars.ContextVar[_Turns | None] = contextvars.ContextVar("tenxgraph_turns", default=None)
 
 
 def ledger_key(message_id: str | None, tool_call_id: str | None) -> str | None:
@@ -162,22 +218,28 @@ def _error(call: ToolCallBlock, key: str | None, text: str, status: str = "error
 
 
 async def _invoke(tool: Tool, info: ToolCallInfo, args: dict[str, JSON], timeout: float | None) -> JSON:
-    for observer in _observers:
-        observer(info, "start")
+    _notify("start", info)
     if tool.injected:
         args = {**args, **{p: info if kind == "context" else info.idempotency_key for p, kind in tool.injected.items()}}
+    turns = _turns.get()
     try:
         value = await _call(tool, args, timeout)
     except TimeoutError:
-        for observer in _observers:
-            observer(info, "timeout")
+        if turns is not None:
+            await turns.wait(info.index)
+        _notify("timeout", info)
         raise
-    except Exception:
-        for observer in _observers:
-            observer(info, "end")
+    except Exception as exc:
+        if turns is not None:
+            await turns.wait(info.index)
+        _notify("end", info, f"{type(exc).__name__}: {exc}", True)
         raise
-    for observer in _observers:
-        observer(info, "end")
+    if turns is not None:
+        await turns.wait(info.index)
+    if isinstance(value, ToolOutput):
+        _notify("end", info, value.content, value.is_error)
+    else:
+        _notify("end", info, value)
     return value
 
 
@@ -185,7 +247,7 @@ async def _call(tool: Tool, args: dict[str, JSON], timeout: float | None) -> JSO
     if tool.is_async:
         return await asyncio.wait_for(tool.fn(**args), timeout)
     # Sync tools run off the event loop. A timed-out thread cannot be stopped; its result is discarded.
-    return await asyncio.wait_for(asyncio.to_thread(tool.fn, **args), timeout)
+    return await asyncio.wait_for(to_thread(tool.fn, **args), timeout)
 
 
 async def _run_one(
@@ -201,6 +263,9 @@ async def _run_one(
         return await _execute(call, key, tools, ctx, info, in_doubt)
     finally:
         _current_call.reset(token)
+        turns = _turns.get()
+        if turns is not None:
+            await turns.finish(info.index)
 
 
 async def _execute(
@@ -283,8 +348,7 @@ async def _resolve_in_doubt(
 ) -> ToolExecution | None:
     """The ledger holds an intent but no result: the call may or may not have happened. Apply the tool's policy;
     return the execution to use, or None to run the tool (again)."""
-    for observer in _observers:
-        observer(info, "in_doubt")
+    _notify("in_doubt", info)
     policy = tool.on_in_doubt or "retry"
     where = f"(key {key!r}, thread {ctx.thread_id!r})"
     if policy == "retry":
@@ -346,8 +410,7 @@ async def _record(execution: ToolExecution, key: str, ctx: RunContext) -> ToolEx
         return execution
     info = _current_call.get()
     if info is not None:
-        for observer in _observers:
-            observer(info, "recorded")
+        _notify("recorded", info)
     crash_point("tool.after_record")
     return ToolExecution(execution.call, key, execution.result, execution.update, recorded=True)
 
@@ -409,7 +472,7 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
         protected = {k: c for k, c in zip(keys, calls, strict=True) if k is not None}
         records = await _read_ledger(list(dict.fromkeys(protected)), protected, ctx)
     results: list[ToolExecution | None] = []
-    jobs: list[asyncio.Task[ToolExecution]] = []
+    to_run: list[tuple[ToolCallBlock, str | None, ToolCallInfo, bool]] = []
     for index, (call, key) in enumerate(zip(calls, keys, strict=True)):
         record = records.get(key) if key is not None else None
         in_doubt = record is not None and record.get("kind") == "intent"
@@ -423,6 +486,13 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
             info = ToolCallInfo(
                 ctx.thread_id, message.message_id, call.id, call.name, index, key, ctx.use_ledger, policy
             )
-            jobs.append(asyncio.ensure_future(_run_one(call, key, tools, ctx, info, in_doubt)))
-    ran = iter(await _gather(jobs)) if jobs else iter(())
+            to_run.append((call, key, info, in_doubt))
+    order = _completion_order
+    batch = [info for _, _, info, _ in to_run]
+    token = _turns.set(_Turns(order(batch)) if order is not None and len(batch) > 1 else None)
+    try:  # each task copies the context as it is created, so every call of the batch sees the batch's turns
+        tasks = [asyncio.ensure_future(_run_one(c, k, tools, ctx, i, d)) for c, k, i, d in to_run]
+    finally:
+        _turns.reset(token)
+    ran = iter(await _gather(tasks)) if tasks else iter(())
     return [r if r is not None else next(ran) for r in results]
