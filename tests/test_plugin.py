@@ -63,8 +63,8 @@ def test_without_the_option_a_marked_test_runs_once(pytester: pytest.Pytester) -
 def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> None:
     write(pytester, PROTECTED)
     result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "--crash-seed=7", "-v")
-    # 3 points x (memory: inprocess, stream + n/a sigkill; sqlite: inprocess, sigkill, stream)
-    result.assert_outcomes(passed=15, skipped=3)
+    # 3 points x (memory: inprocess, stream + n/a sigkill; sqlite: inprocess, sigkill, stream) + sqlite's contest
+    result.assert_outcomes(passed=16, skipped=3)
     result.stdout.fnmatch_lines(
         [
             "*test_refund?tool.after_record-sqlite-sigkill? PASSED*",
@@ -87,7 +87,11 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
     assert streamed and {c["outcome"] for c in streamed} == {"protected"}  # streaming is no longer a gap
     before_node = [c for c in data["cells"] if c["point"] == "run.before_node" and c["backend"] == "sqlite"]
     assert sorted({c["hit"] for c in before_node}) == [1, 2, 3]  # MAIN, TOOL, MAIN: one cell per hit
-    assert data["summary"]["protected"] == 5 * (1 + 3 + 3) and data["summary"]["violation"] == 0  # hits per point
+    assert data["summary"]["protected"] == 5 * (1 + 3 + 3) + 1 and data["summary"]["violation"] == 0  # hits/point
+    contest = [c for c in data["cells"] if c["mode"] == "concurrent"]
+    assert [(c["point"], c["backend"], c["hit"], c["outcome"]) for c in contest] == [
+        ("run.before_node", "sqlite", 2, "protected")
+    ]
     assert data["summary"]["not_applicable"] == 3
     cell = after_record[0]
     assert set(cell) == {
@@ -119,7 +123,7 @@ def test_refund(crash_run, effects):
 """,
     )
     result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "-rx")
-    result.assert_outcomes(xfailed=20, skipped=4)  # 4 points x 5 columns; memory/sigkill n/a
+    result.assert_outcomes(xfailed=20, skipped=4, passed=1)  # 4 points x 5 columns; memory/sigkill n/a; contest
     result.stdout.fnmatch_lines(["*known gap after_return*", "*known gap in_flight*"])
     data = report(pytester, result)
     gaps = {(c["point"], c["gap"]) for c in data["cells"] if c["outcome"] == "known_gap"}
@@ -173,7 +177,7 @@ def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) ->
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=amnesiac,sqlite", "--crash-report=matrix.json"
     )
-    result.assert_outcomes(passed=6, failed=6)
+    result.assert_outcomes(passed=7, failed=7)  # 3 modes x 2 points + the contest, per backend
     result.stdout.fnmatch_lines(
         [
             "*VIOLATION*amnesiac*executed 2 times*",
@@ -185,7 +189,7 @@ def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) ->
     for c in data["cells"]:
         if c["backend"] == "amnesiac":
             broken.setdefault((c["point"], c["mode"]), set()).add(c["outcome"])
-    assert len(broken) == 6 and all("violation" in outcomes for outcomes in broken.values())
+    assert len(broken) == 7 and all("violation" in outcomes for outcomes in broken.values())
     # hits with nothing to replay (the model node's crash before any tool ran) are rightly protected
     assert {c["hit"] for c in data["cells"] if c["outcome"] == "violation"} == {1, 2}
     assert {c["outcome"] for c in data["cells"] if c["backend"] == "sqlite"} == {"protected"}
@@ -291,9 +295,9 @@ def test_junit_xml_gets_per_cell_properties(pytester: pytest.Pytester) -> None:
 def test_works_under_xdist(pytester: pytest.Pytester) -> None:
     write(pytester, PROTECTED)
     result = run(pytester, "--crash-matrix", "-n", "2", "--crash-report=matrix.json", "--crash-seed=11")
-    result.assert_outcomes(passed=15, skipped=3)
+    result.assert_outcomes(passed=16, skipped=3)
     data = report(pytester, result)
-    assert data["seed"] == 11 and data["summary"]["protected"] == 35  # cells came back from the workers
+    assert data["seed"] == 11 and data["summary"]["protected"] == 36  # cells came back from the workers
 
 
 def test_user_suite_fixtures_and_faker_seeded_from_the_cell(pytester: pytest.Pytester) -> None:
@@ -351,8 +355,10 @@ def test_in_doubt(crash_run, effects, policy):
 def test_in_doubt_tools_close_the_gaps_in_every_cell(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_agent=IN_DOUBT)
     result = run(pytester, "--crash-matrix", "--crash-report=matrix.json")
-    result.assert_outcomes(passed=2 * 2 * 5, skipped=2 * 2)  # policies x points x (5 columns; memory/sigkill n/a)
-    cells = [c for c in report(pytester, result)["cells"] if c["outcome"] != "not_applicable"]
+    result.assert_outcomes(passed=2 * 2 * 5 + 2, skipped=2 * 2)  # policies x points x 5 columns + 2 contests
+    cells = [
+        c for c in report(pytester, result)["cells"] if c["outcome"] != "not_applicable" and c["mode"] != "concurrent"
+    ]
     assert {c["outcome"] for c in cells} == {"in_doubt_handled"}
     assert all(max(c["executions"].values()) == 1 for c in cells)  # zero duplicate executions
     assert all(c["effects_applied"] == {"refund": 1} for c in cells)  # and one applied effect
@@ -384,4 +390,4 @@ def test_concurrent_mode_passes_with_the_run_lock_and_catches_its_absence(pytest
         "-p", "no:cacheprovider", "--crash-matrix", "--crash-modes=concurrent", "--crash-backends=lockless"
     )
     assert broken.ret == pytest.ExitCode.TESTS_FAILED
-    broken.stdout.fnmatch_lines(["*VIOLATION*resume failed*concurrent resumers failed*"])
+    broken.stdout.fnmatch_lines(["*VIOLATION*a second run entered the thread while another run held its run lock*"])

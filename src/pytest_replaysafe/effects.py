@@ -4,6 +4,9 @@ Tools call ``effects.apply("refund", {"order": "1042"}, idempotency_key=...)``. 
 file (WAL, so it survives a kill -9 of the applying process and is visible to every process of the cell). A key
 seen before returns the first result without applying the effect again. Right after an effect is applied, the
 crash point ``tool.in_flight`` fires: the effect is done, the tool has not returned.
+
+Every effect is stored with the thread and node that applied it, inside a tool or not: the crash matrix counts an
+effect that a plain graph node applied again after a resume as a violation.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tenxgraph.core.crashpoints import crash_point, declare
+from tenxgraph.core.graph.context import current_run
 from tenxgraph.core.graph.utils.invoke_node_handler import current_tool_call
 
 declare("tool.in_flight", "the effects simulator applied a side effect; the tool has not returned")
@@ -24,7 +28,8 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS effects (
     payload TEXT NOT NULL,
     idempotency_key TEXT UNIQUE,
     execution_id TEXT,
-    thread_id TEXT
+    thread_id TEXT,
+    node TEXT
 )"""
 
 
@@ -43,6 +48,8 @@ class Effects:
     def apply(self, kind: str, payload: Any = None, idempotency_key: str | None = None) -> dict[str, Any]:
         """Apply an effect; with a known *idempotency_key*, return the first result and apply nothing."""
         call = current_tool_call()
+        run = current_run()
+        thread = call.thread_id if call else (run.thread_id if run else None)
         text = json.dumps(payload, sort_keys=True)
         conn = self._connect()
         try:
@@ -53,8 +60,9 @@ class Effects:
                     conn.execute("COMMIT")
                     return {"effect_id": f"E-{row[0]}", "applied": False}
             cur = conn.execute(
-                "INSERT INTO effects (kind, payload, idempotency_key, execution_id, thread_id) VALUES (?, ?, ?, ?, ?)",
-                (kind, text, idempotency_key, call.execution_id if call else None, call.thread_id if call else None),
+                "INSERT INTO effects (kind, payload, idempotency_key, execution_id, thread_id, node)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (kind, text, idempotency_key, call.execution_id if call else None, thread, run.node if run else None),
             )
             conn.execute("COMMIT")
             effect_id = f"E-{cur.lastrowid}"
@@ -74,7 +82,7 @@ class Effects:
 
     def applied(self, kind: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
         """Every applied effect, oldest first."""
-        sql = "SELECT kind, payload, idempotency_key, execution_id, thread_id FROM effects WHERE 1=1"
+        sql = "SELECT kind, payload, idempotency_key, execution_id, thread_id, node FROM effects WHERE 1=1"
         params: list[Any] = []
         if kind is not None:
             sql += " AND kind = ?"
@@ -88,8 +96,8 @@ class Effects:
         finally:
             conn.close()
         return [
-            {"kind": k, "payload": json.loads(p), "idempotency_key": i, "execution_id": e, "thread_id": t}
-            for k, p, i, e, t in rows
+            {"kind": k, "payload": json.loads(p), "idempotency_key": i, "execution_id": e, "thread_id": t, "node": n}
+            for k, p, i, e, t, n in rows
         ]
 
     def count(self, kind: str | None = None, thread_id: str | None = None) -> int:

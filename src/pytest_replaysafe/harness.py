@@ -1,115 +1,101 @@
-"""CrashRun: run a test's agent clean, then crash it at every hit of the cell's point, resume it, and judge.
+"""CrashRun, the ``crash_run`` fixture: runs a test's agent clean, then crashed and resumed at a hit of the cell's
+point, and judges every hit.
 
-Modes:
-- ``inprocess``: the crash raises ``CrashInjected``; the run resumes in the same process with a new graph object.
-- ``sigkill``: a forked child (warm: it shares the parent's imports and objects) runs the agent and is killed with
-  SIGKILL at the point, after writing an fsynced marker; the parent, a different process, resumes the run.
+The test body runs once per hit (the plugin calls it again for each): in each execution ``crash_run.invoke``
+crashes at that hit, resumes, and returns the resumed result, and ``crash_run.thread_id`` is that hit's thread,
+so the test's own assertions hold for every hit, not only the last.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
+import asyncio
 import random
-import signal
-import sys
 import time
-import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_replaysafe.checker import FAILING, CellResult, ExecutionLog, HitEvidence, result_problems, verdict
 from pytest_replaysafe.effects import Effects
+from pytest_replaysafe.evidence import Entry, ExecutionLog, unfinished
 from pytest_replaysafe.gaps import GapRule, point_gap
-from pytest_replaysafe.matrix import CONCURRENT_RESUMERS, Cell
+from pytest_replaysafe.matrix import Backend, Cell
+from pytest_replaysafe.modes import MODES, Hit
+from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
+from pytest_replaysafe.spy import RecordingCheckpointer
+from pytest_replaysafe.verdict import HitEvidence, Reference, judge, reference, result_problems
 from tenxgraph.core import crashpoints
-from tenxgraph.core.crashpoints import CrashInjected, InjectedFault
 from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
-from tenxgraph.core.graph.utils.invoke_node_handler import add_tool_observer, current_tool_call
-from tenxgraph.errors import ThreadBusyError
+from tenxgraph.core.graph.utils.invoke_node_handler import ToolCallInfo, add_tool_observer, set_completion_order
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
 Inputs = Mapping[str, Any] | list[Mapping[str, Any]]
 """One input, or the turns of a conversation."""
-CHILD_TIMEOUT_S = 120.0
-"""A forked child that has not finished by then is killed and its cell reported as an error (never a hang)."""
-_CHILD_DONE = 3  # the child finished its run: the point was not reached
-_CHILD_FAILED = 4
 
-
-def fork_child(body: Callable[[], int], failure: Path) -> int:
-    """Fork; the child runs *body* and exits with its code (never returning into pytest), writing its traceback
-    to *failure* if it raises. Returns the child's pid."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = _CHILD_FAILED
-        try:
-            code = body()
-        except BaseException:
-            failure.write_text(traceback.format_exc())
-        finally:
-            os._exit(code)
-    return pid
-
-
-def wait_child(pid: int, timeout: float = CHILD_TIMEOUT_S) -> int | None:
-    """``waitpid`` with a deadline: the wait status, or None if the child had to be killed for overrunning it."""
-    deadline = time.monotonic() + timeout
-    delay = 0.001
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return None
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+UNROUTED = (
+    "the test never ran its agent through crash_run: drive runs with crash_run.invoke(app, input) (or ainvoke, "
+    "stream, conversation); a direct app.invoke(...) is neither crashed nor checked"
+)
 
 
 class ReplaySafetyViolation(AssertionError):
-    """A cell found a duplicate, a lost or extra tool result, or a failed resume."""
+    """A cell found a duplicate, a wrong, lost or extra tool result, a repeated effect, or a failed resume."""
+
+
+@dataclass
+class _Drive:
+    """What the first execution of the test body learned about one ``crash_run.invoke`` call."""
+
+    reached: int
+    ref: Reference
+    clean: RunResult[Any]
 
 
 class CrashRun:
-    """The ``crash_run`` fixture: owns the checkpointer, thread ids, execution counts, crashes and checks."""
+    """Owns the checkpointer (wrapped to log ledger writes), thread ids, crashes, resumes and verdicts."""
 
     def __init__(
         self,
         *,
         nodeid: str,
         cell: Cell | None,
+        backend: Backend | None,
         checkpointer: BaseCheckpointer,
         workdir: Path,
         seed: int,
         rules: tuple[GapRule, ...],
+        repro: str,
         tools: list[str] | None = None,
         hits: set[int] | None = None,
         effects: Effects | None = None,
     ) -> None:
         self.nodeid = nodeid
         self.cell = cell
-        self.checkpointer = checkpointer
+        self.backend = backend
         self.workdir = workdir
         self.seed = seed
         self.rules = rules
+        self.repro_base = repro
         self.tools = tools
         self.hits = hits
         self.effects = effects
         self.log = ExecutionLog(workdir / "executions.jsonl")
+        self.checkpointer = RecordingCheckpointer(checkpointer, self.log)
         self.results: list[CellResult] = []
         #: Set when the cell showed a known gap: the test is reported as xfailed (if its own assertions pass).
         self.gap_message: str | None = None
         #: Set when a gap-table point did not duplicate: the test is reported as failed (strict).
         self.missing_gap: str | None = None
+        self.driven = False
+        self.drives: list[_Drive] = []
+        self.hit: int | None = min(hits) if hits else 1
+        self._drive_index = 0
+        self._execution_start = 0
+        self._batches = 0
+        self._order_label = ""
         self._rng = random.Random(f"{seed}:{nodeid}")
         self.thread_id = self._new_thread("main")
 
@@ -120,8 +106,15 @@ class CrashRun:
     def invoke(
         self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
     ) -> RunResult[Any]:
-        """Run *app* on *input* (clean; or, in a matrix cell, crashed and resumed at every hit) and check it."""
+        """Run *app* on *input* (clean; or, in a matrix cell, crashed and resumed at this execution's hit), check
+        it, and return the (resumed) result."""
         return self._drive(app, input, dict(config or {}), stream=False)
+
+    async def ainvoke(
+        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
+    ) -> RunResult[Any]:
+        """:meth:`invoke` for async tests (the crash and resume run off the test's event loop)."""
+        return await asyncio.to_thread(self._drive, app, input, dict(config or {}), False)
 
     def stream(
         self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
@@ -139,21 +132,79 @@ class CrashRun:
         return self._drive(app, list(turns), dict(config or {}), stream=False)
 
     def executions(self, thread_id: str | None = None) -> dict[str, int]:
-        """Real executions of tool bodies per ledger key on a thread (default: the main thread)."""
-        counts, _ = self.log.history(thread_id or self.thread_id, self.tools)
-        return dict(counts)
+        """Real executions of tool bodies per ledger key on a thread (default: this execution's hit thread)."""
+        return dict(Counter(e.id for e in self._entries(thread_id or self.thread_id) if e.event == "start"))
 
-    # -- internals --------------------------------------------------------------------------------------
-    def _run(
+    def _entries(self, thread: str) -> list[Entry]:
+        """The thread's execution log, limited to the marker's ``tools=`` (calls of other tools are not judged)."""
+        entries = self.log.entries(thread)
+        if self.tools is None:
+            return entries
+        allowed = set(self.tools)
+        return [e for e in entries if e.tool is None or e.tool in allowed]
+
+    # -- the plugin's side ------------------------------------------------------------------------------
+    def planned_hits(self) -> list[int]:
+        """Hits still to run after the first execution of the body (each gets an execution of its own)."""
+        most = max((d.reached for d in self.drives), default=0)
+        if self.cell is not None and self.cell.budget:
+            return []
+        wanted = sorted(self.hits) if self.hits else list(range(1, most + 1))
+        return [h for h in wanted if h <= most and h != self.hit]
+
+    def begin_execution(self, hit: int) -> None:
+        self.hit = hit
+        self._drive_index = 0
+        self._execution_start = len(self.results)
+
+    def body_failed(self, exc: BaseException) -> None:
+        """The test body raised in this execution: its hit's cells become ``failed`` (unless already worse)."""
+        if self.cell is None:
+            return
+        detail = f"the test's own assertion failed: {type(exc).__name__}: {exc}".strip()
+        mine = self.results[self._execution_start :]  # the cells this execution of the body recorded
+        if not mine:
+            self._record(self.hit or 0, Outcome.FAILED, None, {}, 0.0, detail)
+        for r in mine:
+            if r.outcome not in FAILING:
+                r.outcome, r.gap, r.detail = Outcome.FAILED, None, detail
+
+    def check_routed(self) -> None:
+        if not self.driven:
+            if self.cell is not None:
+                self._record(0, Outcome.VACUOUS, None, {}, 0.0, UNROUTED)
+            raise ReplaySafetyViolation(UNROUTED)
+
+    def conclude(self) -> None:
+        """After every execution: known gaps (and a strict gap that did not show) go into the test's report."""
+        if self.cell is None:
+            return
+        gaps = [r for r in self.results if r.outcome == Outcome.KNOWN_GAP]
+        if gaps:
+            names = sorted({name for g in gaps for name in (g.gap or "").split(",")})
+            self.gap_message = f"known gap {', '.join(names)} at hit(s) {', '.join(str(g.hit) for g in gaps)}"
+        expected = point_gap(self.rules, self.cell.point, self.cell.mode, self.cell.backend)
+        handled = any(r.outcome == Outcome.IN_DOUBT_HANDLED for r in self.results)
+        if expected is not None and not handled and not any(g.gap and expected.name in g.gap.split(",") for g in gaps):
+            self.missing_gap = (
+                f"[XPASS(strict)] known gap {expected.name} was expected at {self.cell.point} but no call was "
+                f"executed twice: if the gap is closed, update the gap table (pytest_replaysafe.gaps)"
+            )
+
+    # -- running ----------------------------------------------------------------------------------------
+    def run_graph(
         self,
         app: CompiledGraph[Any],
         input: Inputs | None,
         thread: str,
         config: dict[str, Any],
         stream: bool,
+        label: str,
     ) -> RunResult[Any]:
-        graph = app.copy(self.checkpointer)  # a new graph object every run
+        """One run (every turn of a conversation) on a new graph object over the cell's checkpointer."""
+        graph = app.copy(self.checkpointer)
         cfg = {**config, "thread_id": thread}
+        self._batches, self._order_label = 0, label
         result = None
         for turn in input if isinstance(input, list) else [input]:
             if not stream:
@@ -164,21 +215,45 @@ class CrashRun:
         assert result is not None
         return result
 
+    def stored_result(self, app: CompiledGraph[Any], thread: str) -> RunResult[Any]:
+        graph = app.copy(self.checkpointer)
+        state = graph.get_state(thread)
+        snap = self.checkpointer.get_thread(thread)
+        if state is None or snap is None:
+            raise RuntimeError(f"thread {thread!r} vanished after the resume")
+        return RunResult(thread, state, snap.version)
+
+    def _order(self, batch: list[ToolCallInfo]) -> list[int]:
+        """The seeded order in which a batch's parallel calls pass from return to record (see the runtime's
+        ``set_completion_order``): the same seed, hit and run give the same order in every process."""
+        self._batches += 1
+        rng = random.Random(
+            f"{self.seed}:{self.nodeid}:{self.hit}:{self._drive_index}:{self._order_label}:{self._batches}"
+        )
+        order = [info.index for info in batch]
+        rng.shuffle(order)
+        return order
+
     def _drive(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
         if config.pop("thread_id", None) is not None:
             raise pytest.UsageError("crash_run.invoke: leave thread_id out of config; crash_run assigns thread ids")
+        self.driven = True
         remove = add_tool_observer(self.log.observe)
+        set_completion_order(self._order)
         try:
             if self.cell is None:
                 return self._clean_only(app, input, config, stream)
             return self._matrix(app, input, config, stream)
         finally:
+            set_completion_order(None)
             remove()
+            self._drive_index += 1
 
     def _clean_only(
         self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool
     ) -> RunResult[Any]:
-        result = self._run(app, input, self.thread_id, config, stream)
+        self.thread_id = self._new_thread("clean")
+        result = self.run_graph(app, input, self.thread_id, config, stream, "clean")
         problems = result_problems(result.messages)
         problems += [
             f"{eid} executed {n} times in a run without crash" for eid, n in self.executions().items() if n > 1
@@ -187,41 +262,83 @@ class CrashRun:
             raise ReplaySafetyViolation("; ".join(problems))
         return result
 
+    def _effects_on(self, thread: str) -> list[dict[str, Any]] | None:
+        return self.effects.applied(thread_id=thread) if self.effects is not None else None
+
+    def _learn(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> _Drive:
+        assert self.cell is not None
+        thread = self._new_thread("clean")
+        with crashpoints.counting() as counts:
+            clean = self.run_graph(app, input, thread, config, stream, "clean")
+        entries = self._entries(thread)
+        drive = _Drive(
+            counts.get(self.cell.point, 0),
+            reference(clean.messages, clean.final_text, entries, self._effects_on(thread)),
+            clean,
+        )
+        if self.cell.budget:
+            drive.reached = min(drive.reached, 2)
+        self.drives.append(drive)
+        if drive.reached == 0:
+            detail = f"{self.cell.point} was never reached by a clean run of this test"
+            self._record(0, Outcome.VACUOUS, None, {}, 0.0, detail)
+            raise ReplaySafetyViolation(f"VACUOUS: {detail}\n    repro: {self.results[-1].repro}")
+        return drive
+
     def _matrix(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
         assert self.cell is not None
-        cell = self.cell
-        stream = stream or cell.mode == "stream"
-        clean_thread = self._new_thread("clean")
-        with crashpoints.counting() as counts:
-            clean = self._run(app, input, clean_thread, config, stream)
-        reached = counts.get(cell.point, 0)
-        self.thread_id = clean_thread
-        if reached == 0:
-            self._record(0, "vacuous", None, {}, 0.0, f"{cell.point} was never reached by a clean run of this test")
-        last: RunResult[Any] = clean
-        for hit in range(1, reached + 1):
-            if self.hits is not None and hit not in self.hits:
-                continue
-            started = time.perf_counter()
-            thread = self._new_thread(f"hit{hit}")
-            evidence, resumed = self._crash_and_resume(app, input, config, stream, hit, thread, clean.final_text)
-            outcome, gap, detail = verdict(evidence, self.rules, cell.point, cell.mode, cell.backend)
-            self._record(hit, outcome, gap, dict(evidence.executions), time.perf_counter() - started, detail)
-            if self.effects is not None:
-                applied = self.effects.applied(thread_id=thread)
-                self.results[-1].effects_applied = dict(Counter(e["kind"] for e in applied))
-            last = resumed or last
-            self.thread_id = thread
-        self._conclude()
-        return last
+        cell, mode = self.cell, MODES[self.cell.mode]
+        stream = stream or mode.name == "stream"
+        first = self._drive_index >= len(self.drives)
+        drive = self._learn(app, input, config, stream) if first else self.drives[self._drive_index]
+        hit = drive.reached if cell.budget else self.hit
+        if hit is None or hit < 1 or hit > drive.reached:
+            self.thread_id = drive.clean.thread_id
+            if first:
+                return drive.clean
+            self.thread_id = self._new_thread("clean")
+            return self.run_graph(app, input, self.thread_id, config, stream, "clean")
+        started = time.perf_counter()
+        thread = self._new_thread(f"hit{hit}")
+        self.thread_id = thread
+        ctx = Hit(app, input, config, stream, cell.point, hit, thread)
+        crash = mode.crash(self, ctx)
+        evidence = HitEvidence(
+            crash.crashed,
+            crash.window,
+            [],
+            unfinished(self._entries(thread)) if crash.crashed else {},
+            error=crash.error,
+        )
+        evidence.tools = frozenset(self.tools) if self.tools is not None else None
+        result: RunResult[Any] | None = None
+        if crash.crashed and not crash.error:
+            if self.backend is not None and self.backend.stale_cache is not None:
+                self.backend.stale_cache(self.checkpointer.inner, thread, self.workdir)
+            try:
+                result = mode.resume(self, ctx)
+            except Exception as exc:
+                evidence.resume_error = f"{type(exc).__name__}: {exc}"
+            else:
+                evidence.final_messages, evidence.final_text = result.messages, result.final_text
+            evidence.contest = ctx.contest
+        evidence.entries = self._entries(thread)
+        evidence.effects = self._effects_on(thread)
+        outcome, gap, detail = judge(evidence, drive.ref, self.rules, cell.point, cell.mode, cell.backend)
+        executions = dict(evidence.executions())
+        self._record(hit, outcome, gap, executions, time.perf_counter() - started, detail)
+        if evidence.effects is not None:
+            self.results[-1].effects_applied = dict(Counter(e["kind"] for e in evidence.effects))
+        if outcome in FAILING:
+            r = self.results[-1]
+            raise ReplaySafetyViolation(f"hit {hit}: {outcome.upper()}: {detail}\n    repro: {r.repro}")
+        return result if result is not None else drive.clean
 
     def _record(
-        self, hit: int, outcome: str, gap: str | None, executions: dict[str, int], duration: float, detail: str
+        self, hit: int, outcome: Outcome, gap: str | None, executions: dict[str, int], duration: float, detail: str
     ) -> None:
         assert self.cell is not None
-        repro = f"pytest '{self.nodeid}' --crash-matrix --crash-seed={self.seed}" + (
-            f" --crash-hits={hit}" if hit else ""
-        )
+        repro = self.repro_base + (f" --crash-hits={hit}" if hit else "")
         self.results.append(
             CellResult(
                 self.nodeid,
@@ -237,189 +354,3 @@ class CrashRun:
                 detail,
             )
         )
-
-    def _conclude(self) -> None:
-        """Fail now on a violation; known gaps (and a strict gap that did not show) are applied to the test's
-        report after the test body finished, so the test's own assertions still run in every cell."""
-        failing = [r for r in self.results if r.outcome in FAILING]
-        if failing:
-            lines = [f"hit {r.hit}: {r.outcome.upper()}: {r.detail}\n    repro: {r.repro}" for r in failing]
-            raise ReplaySafetyViolation("replay safety is broken in this cell:\n" + "\n".join(lines))
-        assert self.cell is not None
-        gaps = [r for r in self.results if r.outcome == "known_gap"]
-        if gaps:
-            names = sorted({name for g in gaps for name in (g.gap or "").split(",")})
-            self.gap_message = f"known gap {', '.join(names)} at hit(s) {', '.join(str(g.hit) for g in gaps)}"
-        expected = point_gap(self.rules, self.cell.point, self.cell.mode, self.cell.backend)
-        handled = any(r.outcome == "in_doubt_handled" for r in self.results)  # the tool closed the gap itself
-        if expected is not None and not handled and not any(g.gap and expected.name in g.gap.split(",") for g in gaps):
-            self.missing_gap = (
-                f"[XPASS(strict)] known gap {expected.name} was expected at {self.cell.point} but no call was "
-                f"executed twice: if the gap is closed, update the gap table (pytest_replaysafe.gaps)"
-            )
-
-    # -- arming -----------------------------------------------------------------------------------------
-    def _arm_first_run(self, hit: int, window: dict[str, str], crash: Callable[[str, int], None]) -> None:
-        """Arm the cell's point for the run that crashes. Fault points fail once, then the node's end crashes."""
-        assert self.cell is not None
-        point = self.cell.point
-
-        def capture_then(action: Callable[[str, int], None]) -> Callable[[str, int], None]:
-            def fire(name: str, n: int) -> None:
-                call = current_tool_call()
-                window.setdefault("id", call.execution_id if call else "*")
-                action(name, n)
-
-            return fire
-
-        if point == "ledger.read_error":
-            # Let this read succeed and the node record its calls; crash at the node's end; the resume's read fails.
-            window["id"] = "*"
-            crashpoints.arm(point, hit, lambda name, n: crashpoints.arm("node.after_complete", 1, crash))
-        elif crashpoints.get_crash_point(point).kind == "fault":
-
-            def fault_then_crash(name: str, n: int) -> None:
-                crashpoints.arm("node.after_complete", 1, crash)
-                raise InjectedFault(name, n)
-
-            crashpoints.arm(point, hit, capture_then(fault_then_crash))
-        else:
-            crashpoints.arm(point, hit, capture_then(crash))
-
-    def _arm_resume(self) -> None:
-        assert self.cell is not None
-        if self.cell.point == "ledger.read_error":
-            crashpoints.arm("ledger.read_error", 1, "fault")
-
-    # -- one hit ----------------------------------------------------------------------------------------
-    def _crash_and_resume(
-        self,
-        app: CompiledGraph[Any],
-        input: Inputs,
-        config: dict[str, Any],
-        stream: bool,
-        hit: int,
-        thread: str,
-        clean_text: str,
-    ) -> tuple[HitEvidence, RunResult[Any] | None]:
-        assert self.cell is not None
-        if self.cell.mode == "sigkill":
-            crashed, window, error = self._crash_in_child(app, input, config, stream, hit, thread)
-        else:
-            crashed, window, error = self._crash_in_process(app, input, config, stream, hit, thread)
-        unfinished = self.log.unfinished(thread) if crashed else {}
-        evidence = HitEvidence(
-            crashed, window, *self.log.history(thread, self.tools, unfinished), None, None, clean_text, error=error
-        )
-        if error or not crashed:
-            return evidence, None
-        try:
-            self._arm_resume()
-            if self.cell.mode == "concurrent":
-                self._resume_concurrently(app, input, config, thread)
-            result = self._run(app, input if isinstance(input, list) else None, thread, config, stream)
-        except Exception as exc:
-            evidence.resume_error = f"{type(exc).__name__}: {exc}"
-            return evidence, None
-        finally:
-            crashpoints.reset()
-        evidence.executions, evidence.conditions = self.log.history(thread, self.tools, unfinished)
-        evidence.final_messages, evidence.final_text = result.messages, result.final_text
-        evidence.in_doubt_handled = self.log.handled_in_doubt(thread)
-        return evidence, result
-
-    def _crash_in_process(
-        self,
-        app: CompiledGraph[Any],
-        input: Inputs,
-        config: dict[str, Any],
-        stream: bool,
-        hit: int,
-        thread: str,
-    ) -> tuple[bool, str | None, str | None]:
-        window: dict[str, str] = {}
-
-        def crash(name: str, n: int) -> None:
-            raise CrashInjected(name, n)
-
-        crashpoints.reset()
-        try:
-            self._arm_first_run(hit, window, crash)
-            self._run(app, input, thread, config, stream)
-            return False, None, None
-        except CrashInjected:
-            return True, window.get("id"), None
-        except Exception as exc:
-            return False, None, f"the crashing run failed before its crash: {type(exc).__name__}: {exc}"
-        finally:
-            crashpoints.reset()
-
-    def _resume_concurrently(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], thread: str) -> None:
-        """Several forked processes resume the thread at the same moment; each must finish the run or stop with
-        ThreadBusyError before doing anything. Anything else is raised as a failed resume."""
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("fork")
-        barrier = ctx.Barrier(CONCURRENT_RESUMERS)
-        resume_input = input if isinstance(input, list) else None
-        failures = [self.workdir / f"{thread}.resumer{i}.error" for i in range(CONCURRENT_RESUMERS)]
-
-        def resume() -> int:
-            barrier.wait(timeout=30)
-            with contextlib.suppress(ThreadBusyError):  # another resumer holds the thread: a fair loss
-                self._run(app, resume_input, thread, config, False)
-            return 0
-
-        pids = [fork_child(resume, failure) for failure in failures]
-        problems = []
-        for pid, failure in zip(pids, failures, strict=True):
-            status = wait_child(pid)
-            if status is None:
-                problems.append(f"a resumer did not finish within {CHILD_TIMEOUT_S:g}s and was killed (hung?)")
-            elif not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-                problems.append(failure.read_text() if failure.exists() else f"wait status {status}")
-        if problems:
-            raise RuntimeError(f"{len(problems)} of {CONCURRENT_RESUMERS} concurrent resumers failed:\n{problems[0]}")
-
-    def _crash_in_child(
-        self,
-        app: CompiledGraph[Any],
-        input: Inputs,
-        config: dict[str, Any],
-        stream: bool,
-        hit: int,
-        thread: str,
-    ) -> tuple[bool, str | None, str | None]:
-        marker = self.workdir / f"{thread}.marker"
-        failure = self.workdir / f"{thread}.error"
-
-        def crash_run() -> int:
-            window: dict[str, str] = {}
-
-            def kill(name: str, n: int) -> None:
-                payload = json.dumps({"point": name, "hit": n, "window": window.get("id")}).encode()
-                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                os.write(fd, payload)
-                os.fsync(fd)
-                os.close(fd)
-                os.kill(os.getpid(), signal.SIGKILL)
-
-            crashpoints.reset()
-            self._arm_first_run(hit, window, kill)
-            self._run(app, input, thread, config, stream)
-            return _CHILD_DONE
-
-        pid = fork_child(crash_run, failure)
-        status = wait_child(pid)
-        if status is None:
-            return False, None, f"the child did not reach its crash within {CHILD_TIMEOUT_S:g}s and was killed (hung?)"
-        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
-            try:
-                data = json.loads(marker.read_text())
-            except (OSError, ValueError):
-                return False, None, "the child was killed by SIGKILL without writing its crash marker"
-            return True, data.get("window"), None
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _CHILD_DONE:
-            return False, None, None
-        detail = failure.read_text() if failure.exists() else f"wait status {status}"
-        return False, None, f"the child process failed before its crash:\n{detail}"

@@ -1,7 +1,8 @@
-"""The crash matrix: backends, modes and the cells a marked test expands into.
+"""The crash matrix: backends, modes, and the cells a marked test expands into.
 
 A cell is one crash point on one backend in one mode; when it runs, it first does a clean run to count how often
-its point is reached, then crashes and resumes once per hit (each hit is reported as its own cell).
+its point is reached, then crashes and resumes once per hit, running the test body once per hit (each hit is
+reported as its own cell).
 """
 
 from __future__ import annotations
@@ -10,33 +11,40 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_replaysafe import services
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+
+if TYPE_CHECKING:
+    from pytest_replaysafe.options import Settings
+    from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
 MODES = ("inprocess", "sigkill", "stream", "concurrent")
-#: Modes a cell runs in unless --crash-modes / modes= say otherwise (``concurrent`` forks 4 resumers: opt in).
+#: Modes a cell runs in unless --crash-modes / modes= say otherwise; ``concurrent`` joins them on a budget.
 DEFAULT_MODES = ("inprocess", "sigkill", "stream")
 #: Modes whose resume happens in other processes: not applicable to storage that lives in one process.
 PROCESS_MODES = frozenset({"sigkill", "concurrent"})
-CONCURRENT_RESUMERS = 4
-"""``stream`` is ``inprocess`` with the crashing run and the resume both driven through ``astream``;
-``concurrent`` crashes in-process, then several forked processes resume the thread at the same moment."""
+#: The budgeted contest a default run adds per durable backend: one ``concurrent`` cell at the node that follows
+#: the first model turn (a run lock or compare-and-swap that does not hold shows there on any graph).
+BUDGET_POINT = "run.before_node"
 #: Points that only exist when a fixture that fires them is in use.
 FIXTURE_POINTS = {"tool.in_flight": "effects"}
 
 
 @dataclass(frozen=True, slots=True)
 class Backend:
-    """A checkpointer for the matrix. ``factory(request)`` builds one per cell (register teardown on request)."""
+    """A checkpointer for the matrix. ``factory(request)`` builds one per cell (register teardown on request).
+
+    ``unavailable()`` says why the backend cannot run here (None: it can); ``stale_cache(checkpointer, thread,
+    workdir)``, for a backend with a cache, makes the cache stale before each resume."""
 
     name: str
     factory: Callable[[pytest.FixtureRequest], BaseCheckpointer]
     durable: bool = True
-    available: Callable[[], bool] = lambda: True
+    unavailable: Callable[[], str | None] = lambda: None
+    stale_cache: Callable[[BaseCheckpointer, str, Path], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,8 @@ class Cell:
     point: str
     backend: str
     mode: str
+    #: The budgeted contest of a default run: one hit only.
+    budget: bool = False
 
     @property
     def id(self) -> str:
@@ -65,24 +75,53 @@ def _sqlite(request: pytest.FixtureRequest) -> BaseCheckpointer:
     return cp
 
 
-def _postgres_available() -> bool:
-    return bool(os.environ.get(services.ENV_PG)) or services.services_required() or services.docker_available()
+def first_state_path(workdir: Path, thread: str) -> Path:
+    """Where the harness keeps the state a thread was created with (for the stale-cache fault)."""
+    return workdir / f"{thread}.first-state.json"
 
 
-def _redis_available() -> bool:
-    return _postgres_available() and (
-        bool(os.environ.get(services.ENV_REDIS)) or services.services_required() or services.docker_available()
-    )
+def _postgres_unavailable() -> str | None:
+    if os.environ.get(services.ENV_PG) or services.services_required() or services.docker_available():
+        return None
+    return f"{services.ENV_PG} is not set and no Docker engine answers (set {services.ENV_PG}=postgresql://...)"
+
+
+def _redis_unavailable() -> str | None:
+    reason = _postgres_unavailable()
+    if reason is not None:
+        return reason
+    if os.environ.get(services.ENV_REDIS) or services.services_required() or services.docker_available():
+        return None
+    return f"{services.ENV_REDIS} is not set and no Docker engine answers (set {services.ENV_REDIS}=redis://...)"
+
+
+def _stale_redis(checkpointer: BaseCheckpointer, thread: str, workdir: Path) -> None:
+    """Redis comes back holding the thread's first state (version 1), as after a lagging or restored cache: a
+    resume must read PostgreSQL, never trust this."""
+    import redis
+
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+    assert isinstance(checkpointer, PgCheckpointer) and checkpointer.redis_url
+    first = first_state_path(workdir, thread)
+    if not first.exists():
+        return
+    client = redis.Redis.from_url(checkpointer.redis_url)
+    try:
+        client.hset(checkpointer.cache_key(thread), mapping={"version": 1, "state": first.read_text()})
+    finally:
+        client.close()
 
 
 BUILTIN_BACKENDS = (
     Backend("memory", _memory, durable=False),
     Backend("sqlite", _sqlite),
-    Backend("postgres", lambda request: request.getfixturevalue("pg_checkpointer"), available=_postgres_available),
+    Backend("postgres", lambda request: request.getfixturevalue("pg_checkpointer"), unavailable=_postgres_unavailable),
     Backend(
         "postgres+redis",
         lambda request: request.getfixturevalue("pg_redis_checkpointer"),
-        available=_redis_available,
+        unavailable=_redis_unavailable,
+        stale_cache=_stale_redis,
     ),
 )
 
@@ -100,9 +139,14 @@ def check_names(kind: str, names: Iterable[str], known: Iterable[str], source: s
     known = sorted(known)
     unknown = sorted(set(names) - set(known))
     if unknown:
+        hint = (
+            " (backends come from a pytest_replaysafe_add_backends hook in a conftest.py or plugin)"
+            if kind == "backend"
+            else ""
+        )
         raise pytest.UsageError(
             f"replaysafe: unknown crash {kind} {', '.join(map(repr, unknown))} in {source}; "
-            f"known {kind}s: {', '.join(known)} (pytest --crash-list shows the points)"
+            f"known {kind}s: {', '.join(known)}{hint} (pytest --crash-list shows the points)"
         )
 
 
@@ -118,10 +162,6 @@ def parse_hits(value: str | None) -> set[int] | None:
     return hits
 
 
-def cells_for(points: Sequence[str], backends: Sequence[Backend], modes: Sequence[str]) -> list[Cell]:
-    return [Cell(p, b.name, m) for p in points for b in backends for m in modes]
-
-
 def marker_kwargs(marker: Any) -> dict[str, Any]:
     allowed = {"points", "backends", "modes", "tools"}
     unknown = set(marker.kwargs) - allowed
@@ -131,3 +171,44 @@ def marker_kwargs(marker: Any) -> dict[str, Any]:
             f"got {sorted(unknown) or marker.args}"
         )
     return dict(marker.kwargs)
+
+
+def expand(metafunc: pytest.Metafunc, settings: Settings) -> None:
+    """Parametrize a marked test with its cells (point x backend x mode, plus the budgeted contest)."""
+    from tenxgraph.core.crashpoints import list_crash_points
+
+    marker = metafunc.definition.get_closest_marker("crash_matrix")
+    assert marker is not None
+    opts = marker_kwargs(marker)
+    where = f"@crash_matrix of {metafunc.definition.nodeid}"
+    known = {p.name for p in list_crash_points()}
+    points = split_names(opts.get("points")) or settings.points
+    if points is None:
+        points = [p for p in sorted(known) if FIXTURE_POINTS.get(p) in (None, *metafunc.fixturenames)]
+    check_names("point", points, known, where)
+    backends = split_names(opts.get("backends")) or list(settings.registry)
+    check_names("backend", backends, settings.registry, where)
+    if settings.backends:
+        backends = [b for b in backends if b in settings.backends]
+    chosen = [settings.registry[b] for b in backends if b not in settings.unavailable]
+    marked_modes = split_names(opts.get("modes"))
+    if marked_modes:
+        check_names("mode", marked_modes, MODES, where)
+    modes = marked_modes or settings.modes or list(DEFAULT_MODES)
+    if marked_modes and settings.modes:
+        modes = [m for m in modes if m in settings.modes]
+    cells = [Cell(p, b.name, m) for p in points for b in chosen for m in modes]
+    if not marked_modes and not settings.modes:
+        cells += [Cell(BUDGET_POINT, b.name, "concurrent", budget=True) for b in chosen if b.durable]
+    if not cells:
+        skipped = sorted(set(backends) & set(settings.unavailable))
+        reason = "; ".join(f"{b}: {settings.unavailable[b]}" for b in skipped) or "no backend or mode selected"
+        cells_param = [pytest.param(None, marks=pytest.mark.skip(reason=f"replaysafe: no cells ({reason})"))]
+        metafunc.parametrize("_replaysafe_cell", cells_param, ids=["no-cells"], indirect=True)
+        return
+    metafunc.parametrize("_replaysafe_cell", cells, ids=[c.id for c in cells], indirect=True)
+
+
+def repro_line(nodeid: str, cell: Cell, seed: int) -> str:
+    modes = f" --crash-modes={cell.mode}" if cell.mode not in DEFAULT_MODES and not cell.budget else ""
+    return f"pytest '{nodeid}' --crash-matrix --crash-seed={seed}{modes}"

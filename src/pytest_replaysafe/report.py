@@ -1,5 +1,5 @@
-"""Crash-matrix reports: the terminal grid, ``--crash-report`` JSON (schema ``replaysafe.crash-matrix/1``) and
-the same grid as Markdown (for ``$GITHUB_STEP_SUMMARY``)."""
+"""Crash-matrix reports: the terminal grid, ``--crash-report`` JSON (schema ``replaysafe.crash-matrix/1``) and the
+same grid as Markdown (for ``$GITHUB_STEP_SUMMARY``). All built from the cells' JSON records."""
 
 from __future__ import annotations
 
@@ -9,29 +9,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_replaysafe.checker import OUTCOMES
+from pytest_replaysafe.outcome import LEGEND, SEVERITY, Outcome
 
 SCHEMA = "replaysafe.crash-matrix/1"
-SYMBOLS = {
-    "violation": "X",
-    "error": "E",
-    "vacuous": "V",
-    "known_gap": "g",
-    "in_doubt_handled": "d",
-    "protected": "+",
-    "not_applicable": ".",
-}
-# The worst outcome of a grid square decides its symbol.
-_SEVERITY = ["violation", "error", "vacuous", "known_gap", "in_doubt_handled", "protected", "not_applicable"]
-LEGEND = (
-    "cells per outcome: + protected  d in doubt, handled  g known gap (expected)  X violation  V vacuous  "
-    "E error  . not applicable"
-)
 
 
 def summary(cells: Iterable[dict[str, Any]]) -> dict[str, int]:
     counts = Counter(c["outcome"] for c in cells)
-    return {o: counts.get(o, 0) for o in OUTCOMES}
+    return {str(o): counts.get(str(o), 0) for o in Outcome}
 
 
 def to_json(cells: Sequence[dict[str, Any]], seed: int) -> dict[str, Any]:
@@ -47,16 +32,16 @@ def _grid(cells: Sequence[dict[str, Any]]) -> tuple[list[str], list[str], dict[t
     """Points, columns, and per square the count of each outcome, worst first (``"5+ 2g"``, ``"1X 3+"``)."""
     points = sorted({c["point"] for c in cells})
     columns = sorted({f"{c['backend']}/{c['mode']}" for c in cells})
-    counts: dict[tuple[str, str], Counter[str]] = {}
+    counts: dict[tuple[str, str], Counter[Outcome]] = {}
     for c in cells:
-        counts.setdefault((c["point"], f"{c['backend']}/{c['mode']}"), Counter())[c["outcome"]] += 1
+        counts.setdefault((c["point"], f"{c['backend']}/{c['mode']}"), Counter())[Outcome(c["outcome"])] += 1
     squares: dict[tuple[str, str], str] = {}
     for square, outcome_counts in counts.items():
-        if set(outcome_counts) == {"not_applicable"}:
-            squares[square] = SYMBOLS["not_applicable"]
+        if set(outcome_counts) == {Outcome.NOT_APPLICABLE}:
+            squares[square] = Outcome.NOT_APPLICABLE.symbol
             continue
         squares[square] = " ".join(
-            f"{outcome_counts[o]}{SYMBOLS[o]}" for o in _SEVERITY if o != "not_applicable" and outcome_counts[o]
+            f"{outcome_counts[o]}{o.symbol}" for o in SEVERITY if o != Outcome.NOT_APPLICABLE and outcome_counts[o]
         )
     return points, columns, squares
 
@@ -66,27 +51,37 @@ def totals_line(cells: Sequence[dict[str, Any]]) -> str:
 
 
 def text_grid(cells: Sequence[dict[str, Any]]) -> list[str]:
-    points, columns, worst = _grid(cells)
+    points, columns, squares = _grid(cells)
     width = max(len(p) for p in points)
-    col_w = [max([len(c)] + [len(worst.get((p, c), "")) for p in points]) for c in columns]
+    col_w = [max([len(c)] + [len(squares.get((p, c), "")) for p in points]) for c in columns]
     lines = [" " * width + "  " + "  ".join(c.rjust(w) for c, w in zip(columns, col_w, strict=True))]
     for p in points:
-        row = [worst.get((p, c), "") for c in columns]
+        row = [squares.get((p, c), "") for c in columns]
         lines.append(p.ljust(width) + "  " + "  ".join(s.rjust(w) for s, w in zip(row, col_w, strict=True)))
     lines.append(LEGEND)
     lines.append(f"cells: {len(cells)} ({totals_line(cells)})")
     return lines
 
 
+def failure_lines(cells: Sequence[dict[str, Any]]) -> list[str]:
+    lines = []
+    for cell in cells:
+        if Outcome(cell["outcome"]).failing:
+            lines.append(f"{cell['outcome'].upper()} {cell['test']} hit {cell['hit']}: {cell['detail']}")
+            if cell["repro"]:
+                lines.append(f"  repro: {cell['repro']}")
+    return lines
+
+
 def markdown(cells: Sequence[dict[str, Any]], seed: int) -> str:
-    points, columns, worst = _grid(cells)
+    points, columns, squares = _grid(cells)
     out = [f"### Crash matrix (seed {seed})", "", "| point | " + " | ".join(columns) + " |"]
     out.append("|---|" + "---|" * len(columns))
     for p in points:
-        row = [worst.get((p, c), "") for c in columns]
+        row = [squares.get((p, c), "") for c in columns]
         out.append(f"| `{p}` | " + " | ".join(row) + " |")
     out += ["", LEGEND, "", f"**{len(cells)} cells:** {totals_line(cells)}", ""]
-    gaps = sorted({(c["point"], c["gap"]) for c in cells if c["outcome"] == "known_gap"})
+    gaps = sorted({(c["point"], c["gap"]) for c in cells if c["outcome"] == Outcome.KNOWN_GAP})
     if gaps:
         out.append("Known gaps shown: " + ", ".join(f"`{p}` ({g})" for p, g in gaps))
         out.append("")

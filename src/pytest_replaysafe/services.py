@@ -133,3 +133,17 @@ def drop_schema(dsn: str, schema: str) -> None:
 
 def checkpointer_kwargs(dsn: str, redis_url: str | None, schema: str) -> dict[str, Any]:
     return {"postgres_dsn": dsn, "redis_url": redis_url, "schema": schema}
+
+
+def delete_redis_keys(url: str, prefix: str) -> int:
+    """Delete the keys under *prefix* (a test's own), never anything else; returns how many."""
+    import redis
+
+    if not prefix or "*" in prefix:
+        raise ValueError(f"refusing to delete Redis keys under {prefix!r}: give a test's own, literal prefix")
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=prefix + "*", count=500))
+        return int(client.delete(*keys)) if keys else 0
+    finally:
+        client.close()

@@ -1,0 +1,93 @@
+"""The execution log: what really happened in every process of a cell, for the verdict to judge.
+
+Two independent sources write to it: the runtime's tool events (a body started, returned with this output,
+timed out, was found in doubt) and the harness's own wrapper around the checkpointer (a ledger record was
+written, with this output). Each event is one ``write(2)`` to an ``O_APPEND`` file before the code goes on, so it
+survives a kill -9 of the writing process and keeps the order in which the processes wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tenxgraph.core.graph.utils.invoke_node_handler import ToolEvent
+
+
+def fingerprint(value: object) -> str | None:
+    """A short digest of a JSON value (None for a value JSON cannot hold: the runtime turns it into an error)."""
+    try:
+        text = json.dumps(value, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    thread: str
+    id: str  # the execution id: the ledger key (or the runtime's stand-in for a call without one)
+    event: str  # start, end, timeout, in_doubt (runtime) | record, recorded (the checkpointer wrapper)
+    tool: str | None = None
+    fp: str | None = None  # fingerprint of the output (end, record)
+    error: bool = False
+    cond: str | None = None  # timeout, missing_id
+    policy: str | None = None  # the tool's in-doubt policy
+    ikey: str | None = None  # the idempotency key the body was given (start)
+
+
+class ExecutionLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, entry: Entry) -> None:
+        line = json.dumps({k: v for k, v in _asdict(entry).items() if v not in (None, False)})
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+
+    def observe(self, event: ToolEvent) -> None:
+        """The runtime's tool observer (``add_tool_observer``)."""
+        info = event.call
+        cond = "timeout" if event.kind == "timeout" else ("missing_id" if info.key is None else None)
+        self.write(
+            Entry(
+                thread=info.thread_id,
+                id=info.execution_id,
+                event=event.kind,
+                tool=info.tool,
+                fp=fingerprint(event.output) if event.kind == "end" else None,
+                error=event.is_error,
+                cond=cond,
+                policy=info.on_in_doubt,
+                ikey=info.idempotency_key if event.kind == "start" else None,
+            )
+        )
+
+    def entries(self, thread: str) -> list[Entry]:
+        if not self.path.exists():
+            return []
+        rows = (json.loads(line) for line in self.path.read_text().splitlines() if line.strip())
+        return [Entry(**row) for row in rows if row["thread"] == thread]
+
+
+def _asdict(entry: Entry) -> dict[str, Any]:
+    return {name: getattr(entry, name) for name in Entry.__slots__}
+
+
+def unfinished(entries: list[Entry]) -> dict[str, str]:
+    """Right after a crash: calls whose body was running (``in_flight``) or had returned without a durable record
+    (``after_return``), from each call's last event. A call whose record write completed is not in this map."""
+    last: dict[str, str] = {}
+    for e in entries:
+        if e.event in ("start", "end", "record", "recorded", "timeout"):
+            last[e.id] = e.event
+    states = {"start": "in_flight", "end": "after_return", "record": "after_return"}
+    return {eid: states[event] for eid, event in last.items() if event in states}

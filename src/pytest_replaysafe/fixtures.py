@@ -1,0 +1,206 @@
+"""The plugin's fixtures: ``crash_run``, ``effects``, the service fixtures and per-cell seeding.
+
+Nothing of the runtime is imported until a fixture runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_replaysafe import matrix, services
+from pytest_replaysafe.options import settings_key
+from pytest_replaysafe.outcome import CellResult, Outcome
+
+if TYPE_CHECKING:
+    from pytest_replaysafe.effects import Effects
+    from pytest_replaysafe.harness import CrashRun
+    from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+CELL_PROPERTY = "replaysafe_cell"
+crash_run_key = pytest.StashKey["CrashRun"]()
+
+
+@pytest.fixture
+def _replaysafe_cell(request: pytest.FixtureRequest) -> matrix.Cell | None:
+    return getattr(request, "param", None)
+
+
+def cell_seed(config: pytest.Config, nodeid: str) -> int:
+    """The master seed mixed with the test (cell) id: the seed of the cell's data."""
+    return random.Random(f"{config.stash[settings_key].seed}:{nodeid}").randrange(2**32)
+
+
+def _cell_seed(request: pytest.FixtureRequest) -> int:
+    return cell_seed(request.config, request.node.nodeid)
+
+
+@pytest.fixture
+def faker_seed(request: pytest.FixtureRequest) -> int:
+    """Seed for Faker's ``faker`` fixture: the master seed mixed with the test (cell) id."""
+    return _cell_seed(request)
+
+
+@pytest.fixture(autouse=True)
+def _replaysafe_seed_faker(request: pytest.FixtureRequest) -> None:
+    """In crash-matrix tests, Faker's ``faker`` is seeded from the cell, so data is reproducible per seed."""
+    if "faker" in request.fixturenames and request.node.get_closest_marker("crash_matrix") is not None:
+        request.getfixturevalue("faker").seed_instance(_cell_seed(request))
+
+
+@pytest.fixture
+def replaysafe_workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A scratch folder shared by every process of one cell (execution log, effects, markers, SQLite files).
+
+    On tmpfs (``/dev/shm``) when there is one, or under ``$REPLAYSAFE_WORKDIR``: the matrix kills processes, not
+    the machine, so flushing to a disk would only slow it down; the code path (WAL, locks, processes) is the same.
+    """
+    base = os.environ.get("REPLAYSAFE_WORKDIR") or ("/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
+    if base is None:
+        yield tmp_path_factory.mktemp("replaysafe")
+        return
+    path = Path(tempfile.mkdtemp(prefix="replaysafe-", dir=base))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _not_applicable(request: pytest.FixtureRequest, cell: matrix.Cell, seed: int) -> None:
+    result = CellResult(
+        request.node.nodeid,
+        cell.point,
+        0,
+        cell.backend,
+        cell.mode,
+        Outcome.NOT_APPLICABLE,
+        repro=matrix.repro_line(request.node.nodeid, cell, seed),
+        detail="in-memory state does not survive the process",
+    )
+    request.node.user_properties.append((CELL_PROPERTY, json.dumps(result.to_json())))
+    pytest.skip(f"not_applicable: {cell.backend} state does not survive a killed process")
+
+
+@pytest.fixture
+def crash_run(
+    request: pytest.FixtureRequest, _replaysafe_cell: matrix.Cell | None, replaysafe_workdir: Path
+) -> Iterator[CrashRun]:
+    """Runs the test's agent clean, or (in a matrix cell) crashed and resumed at each hit, and judges it."""
+    from pytest_replaysafe.harness import CrashRun
+
+    settings = request.config.stash[settings_key]
+    marker = request.node.get_closest_marker("crash_matrix")
+    tools = matrix.marker_kwargs(marker).get("tools") if marker else None
+    cell = _replaysafe_cell
+    backend = None
+    if cell is None:
+        factory = matrix.BUILTIN_BACKENDS[1].factory  # a normal run uses the embedded durable default
+    else:
+        backend = settings.registry[cell.backend]
+        if cell.mode in matrix.PROCESS_MODES and not backend.durable:
+            _not_applicable(request, cell, settings.seed)
+        factory = backend.factory
+    run = CrashRun(
+        nodeid=request.node.nodeid,
+        cell=cell,
+        backend=backend,
+        checkpointer=factory(request),
+        workdir=replaysafe_workdir,
+        seed=settings.seed,
+        rules=settings.rules or _default_rules(),
+        repro=matrix.repro_line(request.node.nodeid, cell, settings.seed) if cell is not None else "",
+        tools=list(tools) if tools else None,
+        hits=settings.hits,
+        effects=request.getfixturevalue("effects") if "effects" in request.fixturenames else None,
+    )
+    request.node.stash[crash_run_key] = run
+    yield run
+    for result in run.results:
+        request.node.user_properties.append((CELL_PROPERTY, json.dumps(result.to_json())))
+
+
+def _default_rules() -> tuple:  # type: ignore[type-arg]
+    from pytest_replaysafe.gaps import KNOWN_GAPS
+
+    return KNOWN_GAPS
+
+
+@pytest.fixture
+def effects(replaysafe_workdir: Path) -> Effects:
+    """A durable side-effect simulator (like a payment API) that honours idempotency keys."""
+    from pytest_replaysafe.effects import Effects
+
+    return Effects(replaysafe_workdir / "effects.db")
+
+
+BACKEND_NAMES = ("memory", "sqlite", "postgres", "postgres+redis")
+
+
+@pytest.fixture(params=BACKEND_NAMES)
+def replaysafe_checkpointer(request: pytest.FixtureRequest) -> BaseCheckpointer:
+    """A checkpointer of each backend (PostgreSQL ones skip, or fail in CI, without a server)."""
+    backend = {b.name: b for b in matrix.BUILTIN_BACKENDS}[request.param]
+    return backend.factory(request)
+
+
+@pytest.fixture(scope="session")
+def _replaysafe_pg() -> Iterator[services.Service]:
+    service = services.start_postgres()
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def _replaysafe_redis() -> Iterator[services.Service]:
+    service = services.start_redis()
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def pg_dsn(_replaysafe_pg: services.Service) -> str:
+    """A PostgreSQL DSN (REPLAYSAFE_PG_DSN, or a testcontainers container); skips/fails when there is none."""
+    return services.address_or_skip(_replaysafe_pg, "PostgreSQL")
+
+
+@pytest.fixture
+def redis_url(_replaysafe_redis: services.Service) -> str:
+    """A Redis URL (REPLAYSAFE_REDIS_URL, or a testcontainers container); skips/fails when there is none."""
+    return services.address_or_skip(_replaysafe_redis, "Redis")
+
+
+@pytest.fixture
+def pg_schema(pg_dsn: str) -> Iterator[str]:
+    """A fresh schema name for this test, dropped afterwards (tests can run in parallel)."""
+    schema = services.new_schema_name()
+    yield schema
+    services.drop_schema(pg_dsn, schema)
+
+
+@pytest.fixture
+def pg_checkpointer(pg_dsn: str, pg_schema: str) -> Iterator[PgCheckpointer]:
+    """A PgCheckpointer without cache, on an isolated schema."""
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+    cp = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
+    yield cp
+    cp.close()
+
+
+@pytest.fixture
+def pg_redis_checkpointer(pg_dsn: str, redis_url: str, pg_schema: str) -> Iterator[PgCheckpointer]:
+    """A PgCheckpointer with the Redis cache, on an isolated schema (and so its own cache key prefix)."""
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+    cp = PgCheckpointer(postgres_dsn=pg_dsn, redis_url=redis_url, schema=pg_schema)
+    yield cp
+    cp.close()
+    services.delete_redis_keys(redis_url, cp.cache_prefix)

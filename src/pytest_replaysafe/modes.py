@@ -1,0 +1,306 @@
+"""One strategy per crash-matrix mode: how a hit's run is crashed, and how it is resumed.
+
+- ``inprocess``: the crash raises ``CrashInjected``; the run resumes in the same process with a new graph object.
+- ``stream``: ``inprocess`` with both runs driven through ``stream``.
+- ``sigkill``: a forked child (warm: it shares the parent's imports and objects) runs the agent and is killed with
+  SIGKILL at the point, after writing an fsynced marker; the parent, a different process, resumes once the child
+  is reaped, waiting (``lock_timeout``) for the database to free the dead child's run lock.
+- ``concurrent``: crashed like ``sigkill``, then contested by three resumers: A takes the run lock and pauses at
+  its first node; B must be refused the lock; C takes the thread as if A's lock had been lost (a dropped
+  connection) and finishes it; then A goes on and must be stopped by the version compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pytest_replaysafe.procs import CHILD_DONE, CHILD_TIMEOUT_S, HarnessError, describe_status, fork_child, wait_child
+
+if TYPE_CHECKING:
+    from pytest_replaysafe.harness import CrashRun, Inputs
+    from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
+
+#: How long a resume waits for the crashed run's lock (PostgreSQL frees a killed session's lock a little later).
+RESUME_LOCK_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Hit:
+    """One hit of one drive: what to run, where it crashes, and what was seen."""
+
+    app: CompiledGraph[Any]
+    input: Inputs
+    config: dict[str, Any]
+    stream: bool
+    point: str
+    hit: int
+    thread: str
+    contest: list[str] = field(default_factory=list)
+
+    @property
+    def resume_input(self) -> Inputs | None:
+        return self.input if isinstance(self.input, list) else None
+
+    @property
+    def resume_config(self) -> dict[str, Any]:
+        return {"lock_timeout": RESUME_LOCK_TIMEOUT_S, **self.config}
+
+
+@dataclass(frozen=True, slots=True)
+class Crash:
+    crashed: bool
+    window: str | None = None  # execution id of the call the crash hit, "*" for the whole node
+    error: str | None = None
+
+
+class Mode(Protocol):
+    name: str
+    other_process: bool  # the resume runs in another process: needs durable storage
+
+    def crash(self, run: CrashRun, hit: Hit) -> Crash: ...
+
+    def resume(self, run: CrashRun, hit: Hit) -> RunResult[Any]: ...
+
+
+def arm_crash(point: str, hit: int, window: dict[str, str], crash: Callable[[str, int], None]) -> None:
+    """Arm *point* for the run that crashes. A fault point fails once, then the node's end crashes; for
+    ``ledger.read_error`` the read succeeds, the node's end crashes, and the resume's read fails."""
+    from tenxgraph.core import crashpoints
+    from tenxgraph.core.crashpoints import InjectedFault
+    from tenxgraph.core.graph.utils.invoke_node_handler import current_tool_call
+
+    def capture_then(action: Callable[[str, int], None]) -> Callable[[str, int], None]:
+        def fire(name: str, n: int) -> None:
+            call = current_tool_call()
+            window.setdefault("id", call.execution_id if call else "*")
+            action(name, n)
+
+        return fire
+
+    if point == "ledger.read_error":
+        window["id"] = "*"
+        crashpoints.arm(point, hit, lambda name, n: crashpoints.arm("node.after_complete", 1, crash))
+    elif crashpoints.get_crash_point(point).kind == "fault":
+
+        def fault_then_crash(name: str, n: int) -> None:
+            crashpoints.arm("node.after_complete", 1, crash)
+            raise InjectedFault(name, n)
+
+        crashpoints.arm(point, hit, capture_then(fault_then_crash))
+    else:
+        crashpoints.arm(point, hit, capture_then(crash))
+
+
+def arm_resume(point: str) -> None:
+    from tenxgraph.core import crashpoints
+
+    if point == "ledger.read_error":
+        crashpoints.arm("ledger.read_error", 1, "fault")
+
+
+class InProcess:
+    name = "inprocess"
+    other_process = False
+    stream = False
+
+    def crash(self, run: CrashRun, hit: Hit) -> Crash:
+        from tenxgraph.core import crashpoints
+        from tenxgraph.core.crashpoints import CrashInjected
+
+        window: dict[str, str] = {}
+
+        def crash(name: str, n: int) -> None:
+            raise CrashInjected(name, n)
+
+        crashpoints.reset()
+        try:
+            arm_crash(hit.point, hit.hit, window, crash)
+            run.run_graph(hit.app, hit.input, hit.thread, hit.config, hit.stream, "crash")
+            return Crash(False)
+        except CrashInjected:
+            return Crash(True, window.get("id"))
+        except Exception as exc:
+            return Crash(False, error=f"the crashing run failed before its crash: {type(exc).__name__}: {exc}")
+        finally:
+            crashpoints.reset()
+
+    def resume(self, run: CrashRun, hit: Hit) -> RunResult[Any]:
+        from tenxgraph.core import crashpoints
+
+        try:
+            arm_resume(hit.point)
+            return run.run_graph(hit.app, hit.resume_input, hit.thread, hit.resume_config, hit.stream, "resume")
+        finally:
+            crashpoints.reset()
+
+
+class Stream(InProcess):
+    name = "stream"
+    stream = True
+
+
+class SigKill(InProcess):
+    name = "sigkill"
+    other_process = True
+
+    def crash(self, run: CrashRun, hit: Hit) -> Crash:
+        from tenxgraph.core import crashpoints
+
+        marker = run.workdir / f"{hit.thread}.marker"
+        failure = run.workdir / f"{hit.thread}.error"
+
+        def child() -> int:
+            window: dict[str, str] = {}
+
+            def kill(name: str, n: int) -> None:
+                payload = json.dumps({"point": name, "hit": n, "window": window.get("id")}).encode()
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.write(fd, payload)
+                os.fsync(fd)
+                os.close(fd)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            crashpoints.reset()
+            arm_crash(hit.point, hit.hit, window, kill)
+            run.run_graph(hit.app, hit.input, hit.thread, hit.config, hit.stream, "crash")
+            return CHILD_DONE
+
+        try:
+            pid = fork_child(child, failure)
+        except HarnessError as exc:
+            return Crash(False, error=str(exc))
+        status = wait_child(pid)
+        if status is None:
+            return Crash(False, error=f"the child did not reach its crash within {CHILD_TIMEOUT_S:g}s and was killed")
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+            try:
+                data = json.loads(marker.read_text())
+            except (OSError, ValueError):
+                return Crash(False, error="the child was killed by SIGKILL without writing its crash marker")
+            return Crash(True, data.get("window"))
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == CHILD_DONE:
+            return Crash(False)
+        return Crash(False, error=f"the child process failed before its crash:\n{describe_status(status, failure)}")
+
+
+class Concurrent(SigKill):
+    name = "concurrent"
+
+    def resume(self, run: CrashRun, hit: Hit) -> RunResult[Any]:
+        Contest(run, hit).play()
+        return run.stored_result(hit.app, hit.thread)
+
+
+class Contest:
+    """A (holding the lock, paused at its first node), B (must be refused), C (takes over as if A's lock were
+    lost, and finishes), then A again (its next write must be refused by the compare-and-swap)."""
+
+    def __init__(self, run: CrashRun, hit: Hit) -> None:
+        self.run, self.hit = run, hit
+        self.files = {name: run.workdir / f"{hit.thread}.{name}" for name in ("A", "B", "C")}
+
+    def _child(self, name: str, body: Callable[[], str]) -> int:
+        out = self.files[name]
+
+        def main() -> int:
+            from tenxgraph.core import crashpoints
+
+            crashpoints.reset()
+            out.with_suffix(".result").write_text(body())
+            return 0
+
+        return fork_child(main, out.with_suffix(".error"))
+
+    def _outcome(self, name: str, pid: int) -> str:
+        status = wait_child(pid)
+        out = self.files[name]
+        if status is None:
+            raise HarnessError(f"resumer {name} did not finish within {CHILD_TIMEOUT_S:g}s and was killed (hung?)")
+        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+            return "failed: " + describe_status(status, out.with_suffix(".error"))
+        return out.with_suffix(".result").read_text()
+
+    def play(self) -> None:
+        from tenxgraph.core import crashpoints
+        from tenxgraph.core.crashpoints import CrashInjected
+        from tenxgraph.errors import StaleStateError, ThreadBusyError
+
+        run, hit = self.run, self.hit
+        paused_r, paused_w = os.pipe()
+        go_r, go_w = os.pipe()
+
+        def a() -> str:
+            def pause(name: str, n: int) -> None:
+                os.write(paused_w, b"p")
+                ready, _, _ = select.select([go_r], [], [], CHILD_TIMEOUT_S)
+                if not ready:
+                    raise HarnessError("resumer A was never told to go on")
+
+            crashpoints.arm("run.before_node", 1, pause)
+            try:
+                run.run_graph(hit.app, hit.resume_input, hit.thread, hit.resume_config, False, "resume")
+            except ThreadBusyError:
+                raise
+            except StaleStateError:
+                return "stale"
+            return "finished"
+
+        def b() -> str:
+            def entered(name: str, n: int) -> None:
+                raise CrashInjected(name, n)
+
+            crashpoints.arm("run.before_node", 1, entered)
+            try:
+                run.run_graph(hit.app, hit.resume_input, hit.thread, {**hit.config, "lock_timeout": 0}, False, "resume")
+            except ThreadBusyError:
+                return "refused"
+            except CrashInjected:
+                return "entered"
+            return "entered"
+
+        def c() -> str:
+            run.checkpointer.bypass_lock = True
+            run.run_graph(hit.app, hit.resume_input, hit.thread, hit.config, False, "resume")
+            return "finished"
+
+        pid_a = self._child("A", a)
+        try:
+            os.close(paused_w)
+            fd = os.pidfd_open(pid_a)
+            try:
+                ready, _, _ = select.select([paused_r, fd], [], [], CHILD_TIMEOUT_S)
+            finally:
+                os.close(fd)
+            paused = paused_r in ready and os.read(paused_r, 1) == b"p"
+            if paused:
+                result_b = self._outcome("B", self._child("B", b))
+                if result_b == "entered":
+                    hit.contest.append(
+                        "a second run entered the thread while another run held its run lock (run lock not enforced)"
+                    )
+                elif result_b != "refused":
+                    hit.contest.append(f"resumer B (expected to be refused the lock) {result_b}")
+                result_c = self._outcome("C", self._child("C", c))
+                if result_c != "finished":
+                    hit.contest.append(f"the run that took over the thread {result_c}")
+            os.write(go_w, b"g")
+            result_a = self._outcome("A", pid_a)
+        finally:
+            for fd_ in (paused_r, go_r, go_w):
+                os.close(fd_)
+        if paused and result_a == "finished":
+            hit.contest.append(
+                "a run that had lost its run lock kept writing after another run advanced the thread: its "
+                "compare-and-swap write was accepted (version check not enforced)"
+            )
+        elif result_a not in ("stale", "finished"):
+            hit.contest.append(f"resumer A {result_a}")
+
+
+MODES: Mapping[str, Mode] = {m.name: m for m in (InProcess(), SigKill(), Stream(), Concurrent())}

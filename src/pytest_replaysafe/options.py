@@ -1,0 +1,166 @@
+"""Command-line options, ini keys and the run's settings (parsed once, in ``pytest_configure``)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_replaysafe import matrix, services
+
+if TYPE_CHECKING:
+    from pytest_replaysafe.gaps import GapRule
+
+SEED_CACHE_KEY = "replaysafe/seed"
+
+
+@dataclass
+class Settings:
+    enabled: bool
+    seed: int
+    points: list[str] | None
+    backends: list[str] | None
+    modes: list[str] | None
+    hits: set[int] | None
+    report: Path | None
+    markdown: Path | None
+    registry: dict[str, matrix.Backend] = field(default_factory=dict)
+    #: Backends that cannot run here (defaulted ones only: a requested one is a usage error), with the reason.
+    unavailable: dict[str, str] = field(default_factory=dict)
+    rules: tuple[GapRule, ...] = ()
+
+
+settings_key = pytest.StashKey[Settings]()
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("replaysafe", "replay-safety crash matrix (pytest-replaysafe)")
+    group.addoption(
+        "--crash-matrix",
+        action="store_true",
+        default=None,
+        help="expand tests marked crash_matrix into crash point x backend x mode cells",
+    )
+    group.addoption("--crash-points", default=None, help="comma-separated crash points to use (default: all)")
+    group.addoption(
+        "--crash-backends",
+        default=None,
+        help=f"comma-separated backends: memory, sqlite, postgres ({services.ENV_PG}), postgres+redis "
+        f"({services.ENV_PG} + {services.ENV_REDIS}), or your own; a named backend that cannot run is an error",
+    )
+    group.addoption(
+        "--crash-modes",
+        default=None,
+        help="comma-separated modes: inprocess, sigkill, stream, concurrent (default: the first three, plus one "
+        "budgeted concurrent cell per durable backend)",
+    )
+    group.addoption("--crash-hits", default=None, help="only these hits of each point, e.g. 2 (for a repro)")
+    group.addoption("--crash-seed", default=None, help="master seed (a number, or 'last' for the previous run's)")
+    group.addoption("--crash-report", default=None, metavar="PATH.json", help="write the matrix as JSON here")
+    group.addoption("--crash-markdown", default=None, metavar="PATH.md", help="write the grid as Markdown here")
+    group.addoption(
+        "--crash-list",
+        action="store_true",
+        default=False,
+        help="print every registered crash point with its source location, and exit",
+    )
+    parser.addini("crash_matrix", "run the crash matrix (like --crash-matrix)", type="bool", default=False)
+    parser.addini("crash_points", "default crash points", default="")
+    parser.addini("crash_backends", "default crash-matrix backends", default="")
+    parser.addini("crash_modes", "default crash-matrix modes", default="")
+    parser.addini("crash_report", "default --crash-report path", default="")
+    parser.addini("crash_markdown", "default --crash-markdown path", default="")
+
+
+def _option(config: pytest.Config, name: str) -> Any:
+    value = config.getoption(f"--{name.replace('_', '-')}")
+    if value is None or value == "":
+        value = config.getini(name) or None
+    return value
+
+
+def _seed(config: pytest.Config) -> int:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "replaysafe_seed" in workerinput:
+        return int(workerinput["replaysafe_seed"])
+    raw = config.getoption("--crash-seed")
+    if raw == "last":
+        cache = getattr(config, "cache", None)
+        cached = cache.get(SEED_CACHE_KEY, None) if cache is not None else None
+        if cached is None:
+            raise pytest.UsageError(
+                "replaysafe: --crash-seed=last but no previous seed is cached (is the cacheprovider plugin "
+                "disabled?); give the seed printed in the header as a number"
+            )
+        return int(cached)
+    if raw is not None:
+        try:
+            return int(raw)
+        except ValueError:
+            raise pytest.UsageError(f"replaysafe: --crash-seed={raw!r}: give a whole number or 'last'") from None
+    return random.SystemRandom().randrange(10**9)
+
+
+def read_settings(config: pytest.Config) -> Settings:
+    enabled = bool(config.getoption("--crash-matrix") or config.getini("crash_matrix"))
+    report = _option(config, "crash_report")
+    markdown = _option(config, "crash_markdown")
+    settings = Settings(
+        enabled=enabled,
+        seed=_seed(config),
+        points=matrix.split_names(_option(config, "crash_points")),
+        backends=matrix.split_names(_option(config, "crash_backends")),
+        modes=matrix.split_names(_option(config, "crash_modes")),
+        hits=matrix.parse_hits(config.getoption("--crash-hits")),
+        report=Path(report) if report else None,
+        markdown=Path(markdown) if markdown else None,
+    )
+    cache = getattr(config, "cache", None)
+    if enabled and cache is not None and not hasattr(config, "workerinput"):
+        cache.set(SEED_CACHE_KEY, settings.seed)
+    return settings
+
+
+def load_registry(config: pytest.Config, settings: Settings) -> None:
+    """Backends and gap rules (built in + hooks); unknown names and requested backends that cannot run here are
+    usage errors, so requested coverage is never silently missing."""
+    import pytest_replaysafe.effects  # noqa: F401 - declares tool.in_flight
+    from pytest_replaysafe.gaps import KNOWN_GAPS
+    from tenxgraph.core.crashpoints import list_crash_points
+
+    registry = {b.name: b for b in matrix.BUILTIN_BACKENDS}
+    for extra in config.hook.pytest_replaysafe_add_backends(config=config):
+        for backend in extra:
+            registry[backend.name] = backend
+    settings.registry = registry
+    settings.rules = KNOWN_GAPS + tuple(
+        r for extra in config.hook.pytest_replaysafe_add_gaps(config=config) for r in extra
+    )
+    known_points = {p.name for p in list_crash_points()}
+    if settings.points:
+        matrix.check_names("point", [p.split(":")[0] for p in settings.points], known_points, "--crash-points")
+    if settings.backends:
+        matrix.check_names("backend", settings.backends, registry, "--crash-backends")
+    if settings.modes:
+        matrix.check_names("mode", settings.modes, matrix.MODES, "--crash-modes")
+    for name, backend in registry.items():
+        reason = backend.unavailable()
+        if reason is None:
+            continue
+        if settings.backends and name in settings.backends:
+            raise pytest.UsageError(
+                f"replaysafe: crash backend {name!r} was requested (--crash-backends) but cannot run here: {reason}"
+            )
+        settings.unavailable[name] = reason
+
+
+def header(settings: Settings) -> list[str]:
+    lines = [
+        f"replaysafe: crash matrix on, seed {settings.seed} (repeat with --crash-seed={settings.seed} or "
+        "--crash-seed=last)"
+    ]
+    lines += [f"replaysafe: backend {name} left out: {reason}" for name, reason in sorted(settings.unavailable.items())]
+    return lines

@@ -1,0 +1,84 @@
+"""The outcomes a crash-matrix cell can have, and the one record of a cell every report is built from."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Outcome(StrEnum):
+    """A cell's verdict. Failing outcomes fail the test; ``known_gap`` is reported as an expected failure."""
+
+    PROTECTED = "protected"  # every recorded call ran at most once and was answered with its own result
+    IN_DOUBT_HANDLED = "in_doubt_handled"  # the call in the crash window was in doubt and settled without a re-run
+    KNOWN_GAP = "known_gap"  # a duplicate exactly where the gap table expects one
+    VIOLATION = "violation"  # a duplicate, a wrong or lost answer, a repeated effect, a failed resume
+    FAILED = "failed"  # the test's own assertions failed in this cell
+    VACUOUS = "vacuous"  # the cell tested nothing: its point was never reached, or runs bypassed crash_run
+    ERROR = "error"  # the harness could not run the cell (a hung child, a crash before the point)
+    NOT_APPLICABLE = "not_applicable"  # e.g. a killed process with in-memory storage
+
+    @property
+    def failing(self) -> bool:
+        return self in FAILING
+
+    @property
+    def symbol(self) -> str:
+        return SYMBOLS[self]
+
+
+FAILING = frozenset({Outcome.VIOLATION, Outcome.FAILED, Outcome.VACUOUS, Outcome.ERROR})
+#: Worst first: the worst outcome of a group decides how it is shown.
+SEVERITY = (
+    Outcome.VIOLATION,
+    Outcome.FAILED,
+    Outcome.ERROR,
+    Outcome.VACUOUS,
+    Outcome.KNOWN_GAP,
+    Outcome.IN_DOUBT_HANDLED,
+    Outcome.PROTECTED,
+    Outcome.NOT_APPLICABLE,
+)
+SYMBOLS = {
+    Outcome.VIOLATION: "X",
+    Outcome.FAILED: "F",
+    Outcome.ERROR: "E",
+    Outcome.VACUOUS: "V",
+    Outcome.KNOWN_GAP: "g",
+    Outcome.IN_DOUBT_HANDLED: "d",
+    Outcome.PROTECTED: "+",
+    Outcome.NOT_APPLICABLE: ".",
+}
+LEGEND = (
+    "cells per outcome: + protected  d in doubt, handled  g known gap (expected)  X violation  F test failed  "
+    "V vacuous  E error  . not applicable"
+)
+
+
+def worst(outcomes: list[Outcome]) -> Outcome:
+    return min(outcomes, key=SEVERITY.index)
+
+
+@dataclass
+class CellResult:
+    """One (test, point, hit, backend, mode): the JSON report's ``cells`` entries, the grid and the terminal lines."""
+
+    test: str
+    point: str
+    hit: int
+    backend: str
+    mode: str
+    outcome: Outcome
+    gap: str | None = None
+    executions: dict[str, int] = field(default_factory=dict)
+    duration_s: float = 0.0
+    repro: str = ""
+    detail: str = ""
+    #: Effects the provider simulator applied on the cell's thread, per kind (when the test uses ``effects``).
+    effects_applied: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = str(self.outcome)
+        return data

@@ -1,0 +1,277 @@
+"""The one place a crash-matrix cell's verdict is decided, from everything the cell observed.
+
+A hit is judged against the clean run of the same test: the same conversation (roles and tool calls), the same
+final answer, no tool called more often than there, every tool result answered by its own call's execution,
+every ledger record written after its body returned and holding what the body returned, one idempotency key per
+call, and no effect applied more often than in the clean run. A duplicate execution is a known gap only where the
+gap table expects one; anything else is a violation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_replaysafe.evidence import Entry, fingerprint
+from pytest_replaysafe.gaps import GapRule, find_gap
+from pytest_replaysafe.outcome import Outcome
+
+if TYPE_CHECKING:
+    from tenxgraph.core.state.messages import Message
+
+#: Points that fire while tool calls are in progress: only there may a sibling legitimately be unfinished at the
+#: crash (running, or returned and not recorded yet). At every other point the node had completed or not
+#: started, so an unrecorded call that ran again is a violation, not a gap.
+TOOL_WINDOW_POINTS = frozenset(
+    {
+        "tool.before_ledger_read",
+        "tool.before_invoke",
+        "tool.in_flight",
+        "tool.after_return",
+        "tool.after_record",
+        "ledger.write_error",
+        "ledger.read_error",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """What the clean run of the same test did."""
+
+    shape: list[str]
+    final_text: str
+    calls_per_tool: Counter[str]
+    outside_effects: Counter[tuple[str, str]]  # (node, kind) of effects applied outside any tool
+
+
+@dataclass
+class HitEvidence:
+    crashed: bool
+    window: str | None  # execution id of the call in the crash window; "*" = any call of the re-run node
+    entries: list[Entry]  # the execution log of the hit's thread, crash run and resume
+    unfinished: dict[str, str]  # calls left in_flight / after_return at the crash
+    final_messages: Sequence[Message] | None = None
+    final_text: str | None = None
+    resume_error: str | None = None
+    error: str | None = None
+    effects: list[dict[str, Any]] | None = None  # effects applied on the hit's thread (None: no simulator)
+    contest: list[str] = field(default_factory=list)  # problems the concurrent resumers found
+    tools: frozenset[str] | None = None  # the marker's tools=: only their calls are judged
+
+    def executions(self) -> Counter[str]:
+        return Counter(e.id for e in self.entries if e.event == "start")
+
+
+def shape(messages: Sequence[Message]) -> list[str]:
+    """A conversation as roles and tool calls, without ids or texts: what a repeated turn changes."""
+    out = []
+    for m in messages:
+        calls = ",".join(c.name for c in m.tool_calls) if m.role == "assistant" else ""
+        out.append(f"{m.role}({calls})" if calls else m.role)
+    return out
+
+
+def reference(
+    messages: Sequence[Message], final_text: str, entries: list[Entry], effects: list[dict[str, Any]] | None
+) -> Reference:
+    return Reference(shape(messages), final_text, _calls_per_tool(entries), _outside_effects(effects or []))
+
+
+def _calls_per_tool(entries: Iterable[Entry]) -> Counter[str]:
+    calls: dict[str, str] = {}
+    for e in entries:
+        if e.event == "start" and e.tool is not None:
+            calls[e.id] = e.tool
+    return Counter(calls.values())
+
+
+def _outside_effects(effects: Iterable[Mapping[str, Any]]) -> Counter[tuple[str, str]]:
+    return Counter((str(e.get("node")), str(e["kind"])) for e in effects if e.get("execution_id") is None)
+
+
+def call_labels(messages: Sequence[Message]) -> dict[str, str]:
+    """Execution id -> ``tool(args)`` for every call in a conversation, for messages a person can act on."""
+    from tenxgraph.core.graph.utils.invoke_node_handler import ledger_key
+
+    labels = {}
+    for m in messages:
+        for call in m.tool_calls:
+            key = ledger_key(m.message_id, call.id)
+            if key is not None:
+                raw = call.args
+                args = ", ".join(f"{k}={v!r}" for k, v in sorted(raw.items())) if isinstance(raw, dict) else repr(raw)
+                labels[key] = f"{call.name}({args})"
+    return labels
+
+
+def result_problems(messages: Sequence[Message]) -> list[str]:
+    """Every tool call must have exactly one result, right after its assistant message; no stray results."""
+    problems: list[str] = []
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        i += 1
+        if message.role == "tool":
+            ids = [r.call_id for r in message.tool_results]
+            problems.append(f"tool result(s) {ids} do not follow an assistant message asking for them")
+            continue
+        if message.role != "assistant" or not message.tool_calls:
+            continue
+        asked = Counter(str(c.id) for c in message.tool_calls)
+        got: Counter[str] = Counter()
+        while i < len(messages) and messages[i].role == "tool":
+            got.update(str(r.call_id) for r in messages[i].tool_results)
+            i += 1
+        if asked != got:
+            lost = sorted((asked - got).elements())
+            extra = sorted((got - asked).elements())
+            problems.append(f"assistant message {message.message_id}: lost results for {lost}, extra results {extra}")
+    return problems
+
+
+def _provenance(
+    messages: Sequence[Message], entries: list[Entry], labels: Mapping[str, str], tools: frozenset[str] | None
+) -> list[str]:
+    """Every tool result must be what its own call's body returned; every record written after that body returned,
+    holding its value; one idempotency key per call."""
+    from tenxgraph.core.graph.utils.invoke_node_handler import ledger_key
+
+    problems: list[str] = []
+    returned: dict[str, set[str | None]] = defaultdict(set)
+    settled = {e.id for e in entries if e.event == "in_doubt" and e.policy in ("fail", "reconcile")}
+    keys: dict[str, set[str]] = defaultdict(set)
+    for e in entries:
+        if e.event == "start" and e.ikey:
+            keys[e.id].add(e.ikey)
+        elif e.event == "end":
+            returned[e.id].add(e.fp)
+        elif e.event == "record" and e.id not in settled:
+            label = labels.get(e.id, e.id)
+            if e.id not in returned:
+                problems.append(f"the ledger record of {label} was written before its body returned")
+            elif None not in returned[e.id] and not e.error and e.fp not in returned[e.id]:
+                problems.append(f"the ledger record of {label} holds a value its body never returned")
+    for eid, ikeys in keys.items():
+        if len(ikeys) > 1:
+            problems.append(f"{labels.get(eid, eid)} was given {len(ikeys)} different idempotency keys across attempts")
+    by_value = {fp: eid for eid, fps in returned.items() for fp in fps if fp is not None}
+    for i, m in enumerate(messages):
+        if m.role != "assistant":
+            continue
+        for call in m.tool_calls:
+            key = ledger_key(m.message_id, call.id)
+            if key is None or key in settled or (tools is not None and call.name not in tools):
+                continue
+            result = _result_of(messages, i, str(call.id))
+            if result is None or result.is_error:
+                continue  # a lost result is reported by result_problems; errors are the runtime's own
+            label = labels.get(key, key)
+            if key not in returned:
+                problems.append(f"{label} was answered with a result although its body never ran")
+                continue
+            fp = fingerprint(result.output)
+            if None in returned[key] or fp in returned[key]:
+                continue
+            other = by_value.get(fp) if fp is not None else None
+            source = f"the result of {labels.get(other, other)}" if other else "a value its body never returned"
+            problems.append(f"{label} was answered with {source}")
+    return problems
+
+
+def _result_of(messages: Sequence[Message], index: int, call_id: str) -> Any:
+    for m in messages[index + 1 :]:
+        if m.role != "tool":
+            break
+        for r in m.tool_results:
+            if str(r.call_id) == call_id:
+                return r
+    return None
+
+
+def _effect_problems(evidence: HitEvidence, ref: Reference, labels: Mapping[str, str]) -> list[str]:
+    if evidence.effects is None:
+        return []
+    problems = []
+    for (node, kind), n in sorted(_outside_effects(evidence.effects).items()):
+        clean = ref.outside_effects.get((node, kind), 0)
+        if n > clean:
+            problems.append(
+                f"effect {kind!r} was applied {n} times by node {node!r} outside any tool (clean run: {clean}): "
+                "code outside tools is re-run on resume; make the effect a tool call, which the ledger protects"
+            )
+    ikeys: dict[str, set[str]] = defaultdict(set)
+    for e in evidence.effects:
+        if e.get("execution_id") and e.get("idempotency_key"):
+            ikeys[e["execution_id"]].add(e["idempotency_key"])
+    for eid, found in sorted(ikeys.items()):
+        if len(found) > 1:
+            problems.append(f"{labels.get(eid, eid)} sent {len(found)} different idempotency keys to the provider")
+    return problems
+
+
+def judge(
+    evidence: HitEvidence, ref: Reference, rules: Iterable[GapRule], point: str, mode: str, backend: str
+) -> tuple[Outcome, str | None, str]:
+    """``(outcome, gap names, detail)`` for one hit."""
+    rules = list(rules)
+    if evidence.error:
+        return Outcome.ERROR, None, evidence.error
+    if not evidence.crashed:
+        return Outcome.VACUOUS, None, f"the run finished without reaching {point} at this hit"
+    if evidence.resume_error:
+        return Outcome.VIOLATION, None, f"resume failed: {evidence.resume_error}"
+    messages = list(evidence.final_messages or [])
+    labels = call_labels(messages)
+    problems = list(evidence.contest) + result_problems(messages)
+    if evidence.final_text != ref.final_text:
+        problems.append(f"final answer {evidence.final_text!r} differs from the clean run's {ref.final_text!r}")
+    got = shape(messages)
+    if got != ref.shape:
+        problems.append(f"the conversation differs from the clean run's: {' '.join(got)} vs {' '.join(ref.shape)}")
+    for tool, n in sorted(_calls_per_tool(evidence.entries).items()):
+        if n > ref.calls_per_tool.get(tool, 0):
+            problems.append(
+                f"{tool} was called for {n} distinct calls, {ref.calls_per_tool.get(tool, 0)} in the clean run: "
+                "a model turn ran again and asked for it anew"
+            )
+    problems += _provenance(messages, evidence.entries, labels, evidence.tools)
+    problems += _effect_problems(evidence, ref, labels)
+    conditions = dict(evidence.unfinished) if point in TOOL_WINDOW_POINTS else {}
+    for e in evidence.entries:
+        if e.cond and e.id not in conditions:
+            conditions[e.id] = e.cond
+    gaps: set[str] = set()
+    for eid, n in sorted(evidence.executions().items()):
+        if n < 2:
+            continue
+        rule = None
+        if evidence.window in ("*", eid):  # the call the crash (or fault) hit: the point's own gap, if any
+            rule = find_gap(rules, point, None, mode, backend)
+        condition = conditions.get(eid)
+        if rule is None and condition is not None:  # a call left unfinished, or unprotected by its nature
+            rule = find_gap(rules, point, condition, mode, backend)
+        if rule is None:
+            why = (
+                f" (it was {evidence.unfinished[eid]} at a crash outside the tool path)"
+                if eid in evidence.unfinished
+                else ""
+            )
+            problems.append(f"{labels.get(eid, eid)} executed {n} times{why}")
+        else:
+            gaps.add(rule.name)
+    if problems:
+        return Outcome.VIOLATION, None, "; ".join(problems)
+    if gaps:
+        return Outcome.KNOWN_GAP, ",".join(sorted(gaps)), _gap_detail(evidence, gaps, labels)
+    handled = {e.id for e in evidence.entries if e.event == "in_doubt" and e.policy in ("fail", "reconcile")}
+    if handled and evidence.window in ({"*"} | handled):
+        return Outcome.IN_DOUBT_HANDLED, None, "the call in the crash window was in doubt and settled without a re-run"
+    return Outcome.PROTECTED, None, "every recorded call executed at most once, answered with its own result"
+
+
+def _gap_detail(evidence: HitEvidence, gaps: set[str], labels: Mapping[str, str]) -> str:
+    twice = [labels.get(eid, eid) for eid, n in sorted(evidence.executions().items()) if n > 1]
+    return f"ran again where the gap table expects it ({', '.join(sorted(gaps))}): {', '.join(twice)}"
