@@ -1,0 +1,151 @@
+"""Deliberately broken runtimes: each one breaks one promise of the ledger, the run loop or storage.
+
+``apply(name)`` patches the runtime in this process (a conftest calls it from ``REPLAYSAFE_MUTANT``). The crash
+matrix must report violation cells for every one of them (tests/test_mutants.py); a harness that passes a
+mutant would pass that bug in a user's runtime too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from tenxgraph.core.crashpoints import crash_point
+from tenxgraph.core.graph import compiled
+from tenxgraph.core.graph.context import current_run
+from tenxgraph.core.graph.utils import invoke_node_handler as handler
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
+from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+BACKENDS = (InMemoryCheckpointer, SqliteCheckpointer, PgCheckpointer)
+
+
+def ledger_read_misses() -> None:
+    async def read(keys: Any, calls: Any, ctx: Any) -> dict[str, Any]:
+        return {}
+
+    handler._read_ledger = read
+
+
+def record_before_run() -> None:
+    original = handler._invoke
+
+    async def invoke(tool: Any, info: Any, args: Any, timeout: Any) -> Any:
+        ctx = current_run()
+        assert ctx is not None and info.key is not None
+        record = {"v": 1, "kind": "value", "tool": info.tool, "call_id": info.call_id, "output": None}
+        await ctx.checkpointer.aput_tool_result(info.thread_id, info.key, record)
+        return await original(tool, info, args, timeout)
+
+    handler._invoke = invoke
+
+
+def record_never_written() -> None:
+    async def record(execution: Any, key: str, ctx: Any) -> Any:
+        crash_point("ledger.write_error")
+        crash_point("tool.after_record")
+        return execution
+
+    handler._record = record
+
+
+def key_from_call_id_only() -> None:
+    handler.ledger_key = lambda message_id, tool_call_id: tool_call_id or None
+
+
+def replay_first_record() -> None:
+    original = handler._read_ledger
+
+    async def read(keys: list[str], calls: Any, ctx: Any) -> dict[str, Any]:
+        found = await original(keys, calls, ctx)
+        first = next((found[k] for k in keys if k in found), None)
+        return {k: first for k in found}
+
+    handler._read_ledger = read
+
+
+def unstable_idempotency_key() -> None:
+    handler.ToolCallInfo.idempotency_key = property(lambda self: f"tenx-{uuid.uuid4().hex}")  # type: ignore[method-assign,assignment]
+
+
+def node_not_persisted() -> None:
+    async def start(self: Any, messages: Any, values: Any) -> None:
+        for name, value in values.items():
+            setattr(self.state, name, value)
+        self.state.messages.extend(messages)
+        self.seen.update(m.message_id for m in messages)
+        self.state.meta.current_node = self.graph.entry_point
+        self.state.meta.status = "running"  # ... and nothing is written until the first node has run
+
+    compiled._Run.start = start  # type: ignore[method-assign]
+
+
+def cas_disabled() -> None:
+    for cls in BACKENDS:
+        original = cls.aput_thread
+
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            async def put(
+                self: Any, thread_id: str, values: Any, *, expected_version: int, new_messages: Any = ()
+            ) -> int:
+                snap = await self.aget_thread(thread_id)  # whatever is stored is what we "expected"
+                current = snap.version if snap is not None else 0
+                return int(await original(self, thread_id, values, expected_version=current, new_messages=new_messages))
+
+            return put
+
+        cls.aput_thread = make(original)  # type: ignore[method-assign]
+
+
+def run_lock_disabled() -> None:
+    @contextlib.asynccontextmanager
+    async def no_lock(self: Any, thread_id: str) -> AsyncIterator[None]:
+        yield
+
+    for cls in BACKENDS:
+        cls.arun_lock = no_lock  # type: ignore[method-assign]
+
+
+def stale_redis_trusted() -> None:
+    PgCheckpointer.aget_thread = PgCheckpointer.aget_cached_thread  # type: ignore[method-assign]
+
+
+def first_parallel_call_only_recorded() -> None:
+    original = handler._record
+
+    async def record(execution: Any, key: str, ctx: Any) -> Any:
+        info = handler.current_tool_call()
+        if info is not None and info.index > 0:
+            crash_point("ledger.write_error")
+            crash_point("tool.after_record")
+            return execution
+        return await original(execution, key, ctx)
+
+    handler._record = record
+
+
+MUTANTS: dict[str, Callable[[], None]] = {
+    f.__name__: f
+    for f in (
+        ledger_read_misses,
+        record_before_run,
+        record_never_written,
+        key_from_call_id_only,
+        replay_first_record,
+        unstable_idempotency_key,
+        node_not_persisted,
+        cas_disabled,
+        run_lock_disabled,
+        stale_redis_trusted,
+        first_parallel_call_only_recorded,
+    )
+}
+#: Mutants that only a backend with a Redis cache can show.
+NEEDS_REDIS = frozenset({"stale_redis_trusted"})
+
+
+def apply(name: str | None) -> None:
+    if name:
+        MUTANTS[name]()
