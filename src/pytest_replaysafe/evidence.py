@@ -54,7 +54,10 @@ class ExecutionLog:
             os.close(fd)
 
     def observe(self, event: ToolEvent) -> None:
-        """The runtime's tool observer (``add_tool_observer``)."""
+        """The runtime's tool observer (``add_tool_observer``). Its ``recorded`` events are left out: records are
+        logged by the harness's own checkpointer wrapper (:mod:`pytest_replaysafe.spy`)."""
+        if event.kind == "recorded":
+            return
         info = event.call
         cond = "timeout" if event.kind == "timeout" else ("missing_id" if info.key is None else None)
         self.write(

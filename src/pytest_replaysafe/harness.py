@@ -25,6 +25,7 @@ from pytest_replaysafe.gaps import GapRule, point_gap
 from pytest_replaysafe.matrix import Backend, Cell
 from pytest_replaysafe.modes import MODES, Hit
 from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
+from pytest_replaysafe.procs import HarnessError
 from pytest_replaysafe.spy import RecordingCheckpointer
 from pytest_replaysafe.verdict import HitEvidence, Reference, judge, reference, result_problems
 from tenxgraph.core import crashpoints
@@ -317,6 +318,8 @@ class CrashRun:
                 self.backend.stale_cache(self.checkpointer.inner, thread, self.workdir)
             try:
                 result = mode.resume(self, ctx)
+            except HarnessError as exc:  # the harness failed (a hung child): no verdict on the runtime
+                evidence.error = str(exc)
             except Exception as exc:
                 evidence.resume_error = f"{type(exc).__name__}: {exc}"
             else:

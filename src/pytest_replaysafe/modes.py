@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_replaysafe.procs import CHILD_DONE, CHILD_TIMEOUT_S, HarnessError, describe_status, fork_child, wait_child
+from pytest_replaysafe.procs import CHILD_DONE, HarnessError, child_timeout, describe_status, fork_child, wait_child
 
 if TYPE_CHECKING:
     from pytest_replaysafe.harness import CrashRun, Inputs
@@ -177,7 +178,7 @@ class SigKill(InProcess):
             return Crash(False, error=str(exc))
         status = wait_child(pid)
         if status is None:
-            return Crash(False, error=f"the child did not reach its crash within {CHILD_TIMEOUT_S:g}s and was killed")
+            return Crash(False, error=f"the child did not reach its crash within {child_timeout():g}s and was killed")
         if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
             try:
                 data = json.loads(marker.read_text())
@@ -221,10 +222,23 @@ class Contest:
         status = wait_child(pid)
         out = self.files[name]
         if status is None:
-            raise HarnessError(f"resumer {name} did not finish within {CHILD_TIMEOUT_S:g}s and was killed (hung?)")
+            raise HarnessError(f"resumer {name} did not finish within {child_timeout():g}s and was killed (hung?)")
         if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
             return "failed: " + describe_status(status, out.with_suffix(".error"))
         return out.with_suffix(".result").read_text()
+
+    def _contest(self, b: Callable[[], str], c: Callable[[], str], hit: Hit) -> None:
+        """While A holds the lock: B must be refused; C takes over (as if A's lock were lost) and finishes."""
+        result_b = self._outcome("B", self._child("B", b))
+        if result_b == "entered":
+            hit.contest.append(
+                "a second run entered the thread while another run held its run lock (run lock not enforced)"
+            )
+        elif result_b != "refused":
+            hit.contest.append(f"resumer B (expected to be refused the lock) {result_b}")
+        result_c = self._outcome("C", self._child("C", c))
+        if result_c != "finished":
+            hit.contest.append(f"the run that took over the thread {result_c}")
 
     def play(self) -> None:
         from tenxgraph.core import crashpoints
@@ -238,14 +252,14 @@ class Contest:
         def a() -> str:
             def pause(name: str, n: int) -> None:
                 os.write(paused_w, b"p")
-                ready, _, _ = select.select([go_r], [], [], CHILD_TIMEOUT_S)
+                ready, _, _ = select.select([go_r], [], [], child_timeout())
                 if not ready:
                     raise HarnessError("resumer A was never told to go on")
 
             crashpoints.arm("run.before_node", 1, pause)
             try:
                 run.run_graph(hit.app, hit.resume_input, hit.thread, hit.resume_config, False, "resume")
-            except ThreadBusyError:
+            except ThreadBusyError:  # a StaleStateError too, but here it means the crashed run's lock never freed
                 raise
             except StaleStateError:
                 return "stale"
@@ -274,23 +288,19 @@ class Contest:
             os.close(paused_w)
             fd = os.pidfd_open(pid_a)
             try:
-                ready, _, _ = select.select([paused_r, fd], [], [], CHILD_TIMEOUT_S)
+                ready, _, _ = select.select([paused_r, fd], [], [], child_timeout())
             finally:
                 os.close(fd)
             paused = paused_r in ready and os.read(paused_r, 1) == b"p"
             if paused:
-                result_b = self._outcome("B", self._child("B", b))
-                if result_b == "entered":
-                    hit.contest.append(
-                        "a second run entered the thread while another run held its run lock (run lock not enforced)"
-                    )
-                elif result_b != "refused":
-                    hit.contest.append(f"resumer B (expected to be refused the lock) {result_b}")
-                result_c = self._outcome("C", self._child("C", c))
-                if result_c != "finished":
-                    hit.contest.append(f"the run that took over the thread {result_c}")
+                self._contest(b, c, hit)
             os.write(go_w, b"g")
             result_a = self._outcome("A", pid_a)
+        except HarnessError:
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):  # never leave A running
+                os.kill(pid_a, signal.SIGKILL)
+                os.waitpid(pid_a, 0)
+            raise
         finally:
             for fd_ in (paused_r, go_r, go_w):
                 os.close(fd_)

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 CHILD_TIMEOUT_S = 120.0
-"""A forked child that has not finished by then is killed and its cell reported as an error (never a hang)."""
+"""A forked child that has not finished by then is killed and its cell reported as an error (never a hang);
+``REPLAYSAFE_CHILD_TIMEOUT`` (seconds) overrides it."""
 QUIESCE_TIMEOUT_S = 30.0
 CHILD_DONE = 3  # the child finished its run: the point was not reached
 CHILD_FAILED = 4
@@ -49,9 +50,14 @@ def fork_child(body: Callable[[], int], failure: Path) -> int:
     return pid
 
 
-def wait_child(pid: int, timeout: float = CHILD_TIMEOUT_S) -> int | None:
-    """Reap *pid*: its wait status, or None if it had to be killed for overrunning *timeout*. Waits on a pidfd,
-    so the caller resumes the moment the child is gone."""
+def child_timeout() -> float:
+    return float(os.environ.get("REPLAYSAFE_CHILD_TIMEOUT") or CHILD_TIMEOUT_S)
+
+
+def wait_child(pid: int, timeout: float | None = None) -> int | None:
+    """Reap *pid*: its wait status, or None if it had to be killed for overrunning *timeout* (default:
+    :func:`child_timeout`). Waits on a pidfd, so the caller resumes the moment the child is gone."""
+    timeout = child_timeout() if timeout is None else timeout
     fd = os.pidfd_open(pid)
     try:
         poller = select.poll()

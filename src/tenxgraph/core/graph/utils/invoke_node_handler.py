@@ -142,19 +142,15 @@ class _Turns:
     """The seeded completion order of one batch: a call may pass once every call before it in the order is done."""
 
     def __init__(self, order: list[int]) -> None:
-        self.rank = {index: position for position, index in enumerate(order)}
-        self.done: set[int] = set()
-        self.changed = asyncio.Condition()
+        self.order = order
+        self.done = {index: asyncio.Event() for index in order}
 
     async def wait(self, index: int) -> None:
-        before = {i for i, pos in self.rank.items() if pos < self.rank.get(index, -1)}
-        async with self.changed:
-            await self.changed.wait_for(lambda: before <= self.done)
+        for before in self.order[: self.order.index(index)]:
+            await self.done[before].wait()
 
-    async def finish(self, index: int) -> None:
-        async with self.changed:
-            self.done.add(index)
-            self.changed.notify_all()
+    def finish(self, index: int) -> None:
+        self.done[index].set()
 
 
 _turns: contextvars.ContextVar[_Turns | None] = contextvars.ContextVar("tenxgraph_turns", default=None)
@@ -244,10 +240,13 @@ async def _invoke(tool: Tool, info: ToolCallInfo, args: dict[str, JSON], timeout
 
 
 async def _call(tool: Tool, args: dict[str, JSON], timeout: float | None) -> JSON:
-    if tool.is_async:
-        return await asyncio.wait_for(tool.fn(**args), timeout)
-    # Sync tools run off the event loop. A timed-out thread cannot be stopped; its result is discarded.
-    return await asyncio.wait_for(to_thread(tool.fn, **args), timeout)
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation that arrives as the body
+    # completes, and a cancelled call (its run crashed or timed out) would go on to record and run.
+    async with asyncio.timeout(timeout):
+        if tool.is_async:
+            return await tool.fn(**args)
+        # Sync tools run off the event loop. A timed-out thread cannot be stopped; its result is discarded.
+        return await to_thread(tool.fn, **args)
 
 
 async def _run_one(
@@ -259,13 +258,19 @@ async def _run_one(
     in_doubt: bool = False,
 ) -> ToolExecution:
     token = _current_call.set(info)  # visible to the tool body and to crash points of this call
+    turns = _turns.get()
     try:
-        return await _execute(call, key, tools, ctx, info, in_doubt)
+        execution = await _execute(call, key, tools, ctx, info, in_doubt)
+    except Exception:
+        if turns is not None:
+            turns.finish(info.index)
+        raise
+    # (a BaseException such as a crash passes no turn on: a dying process lets no sibling record after it)
     finally:
         _current_call.reset(token)
-        turns = _turns.get()
-        if turns is not None:
-            await turns.finish(info.index)
+    if turns is not None:
+        turns.finish(info.index)
+    return execution
 
 
 async def _execute(

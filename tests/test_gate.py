@@ -1,0 +1,370 @@
+"""Regression tests for a crash-matrix gate teams can trust: every false green and false red found by trying the
+plugin as a user would, proven in both directions with pytester suites."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.test_plugin import report, run, write
+
+pytest_plugins = ["pytester"]
+
+
+def test_a_marked_test_that_bypasses_crash_run_is_vacuous_and_fails(pytester: pytest.Pytester) -> None:
+    """The README's first block calls app.invoke itself: no cell crashed it, so no cell may call it protected."""
+    write(
+        pytester,
+        """
+import pytest
+from agent_helpers import make_agent, MSG
+
+@pytest.mark.crash_matrix(points=["tool.after_record"], backends=["sqlite"], modes=["inprocess"])
+def test_refund(crash_run):
+    app = make_agent(crash_run.checkpointer)
+    assert app.invoke(MSG, {"thread_id": "t"}).final_text == "Refunded order 1042."
+""",
+    )
+    result = run(pytester, "--crash-matrix", "--crash-report=matrix.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*VACUOUS*drive runs with crash_run.invoke(app, input)*"])
+    result.stdout.no_fnmatch_line("*no crash-matrix cells ran*")
+    assert [c["outcome"] for c in report(pytester, result)["cells"]] == ["vacuous"]
+    plain = run(pytester)  # without the matrix too: the marker promises crash_run drives the runs
+    plain.assert_outcomes(failed=1)
+    plain.stdout.fnmatch_lines(["*never ran its agent through crash_run*"])
+
+
+SEQUENTIAL = """
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+
+def make_agent(checkpointer, effects):
+    def refund_order(order_id: str) -> str:
+        '''Refund an order (no idempotency key: a re-run refunds again).'''
+        return effects.apply("refund", {"order": order_id})["effect_id"]
+
+    def lookup_order(order_id: str) -> str:
+        '''Look up an order.'''
+        return "order " + order_id
+
+    def open_ticket(title: str) -> str:
+        '''Open a ticket.'''
+        return "ticket " + title
+
+    model = ScriptedModel([
+        Reply(tool_calls=[("refund_order", {"order_id": "1042"})]),
+        Reply(tool_calls=[("lookup_order", {"order_id": "1042"})]),
+        Reply(tool_calls=[("open_ticket", {"title": "x"})]),
+        "Done.",
+    ])
+    return ReactAgent(model, tools=[refund_order, lookup_order, open_ticket]).compile(checkpointer=checkpointer)
+
+@pytest.mark.crash_matrix(points=["tool.after_return"], backends=["sqlite"], modes=["inprocess"])
+def test_refund_once(crash_run, effects):
+    result = crash_run.invoke(make_agent(crash_run.checkpointer, effects), {"messages": [Message.text_message("go")]})
+    assert result.final_text == "Done."
+    assert effects.count("refund", thread_id=crash_run.thread_id) == 1
+"""
+
+
+def test_the_test_body_runs_for_every_hit_and_a_failing_hit_is_reported(pytester: pytest.Pytester) -> None:
+    """Hit 1 refunds twice (the after_return gap, no idempotency key); hits 2 and 3 refund once. Checking only the
+    last hit passed this test; each hit's own assertions must run, and the failing one is a `failed` cell."""
+    pytester.makepyfile(test_agent=SEQUENTIAL)
+    result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "--crash-markdown=matrix.md")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*assert 2 == 1*",
+            "*replaysafe: the test failed at hit(s) 1 of tool.after_return-sqlite-inprocess*--crash-hits=1*",
+            "*FAILED test_agent.py::test_refund_once*hit 1: the test's own assertion failed*",
+        ]
+    )
+    data = report(pytester, result)
+    assert {c["hit"]: c["outcome"] for c in data["cells"]} == {1: "failed", 2: "known_gap", 3: "known_gap"}
+    assert data["summary"]["failed"] == 1
+    assert "1F 2g" in (pytester.path / "matrix.md").read_text()  # the grid shows it too
+    assert any("1F 2g" in line for line in result.outlines)
+
+
+NODE_EFFECT = """
+import pytest
+from tenxgraph import END, Message, StateGraph
+
+def make_graph(checkpointer, effects):
+    def charge(state):
+        effects.apply("charge", {"amount": 20})  # a side effect outside any tool: not protected by the ledger
+        return {"messages": [Message.assistant("charged")]}
+
+    graph = StateGraph()
+    graph.add_node("charge", charge)
+    graph.set_entry_point("charge").add_edge("charge", END)
+    return graph.compile(checkpointer)
+
+@pytest.mark.crash_matrix(points=["node.after_complete", "run.after_advance"], backends=["sqlite"])
+def test_charge(crash_run, effects):
+    crash_run.invoke(make_graph(crash_run.checkpointer, effects), {"messages": [Message.text_message("go")]})
+"""
+
+
+def test_an_effect_applied_outside_a_tool_twice_is_a_violation(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=NODE_EFFECT)
+    result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "--crash-modes=inprocess,sigkill")
+    data = report(pytester, result)
+    outcomes = {(c["point"], c["mode"]): (c["outcome"], c["effects_applied"]) for c in data["cells"]}
+    assert outcomes[("node.after_complete", "inprocess")] == ("violation", {"charge": 2})
+    assert outcomes[("node.after_complete", "sigkill")] == ("violation", {"charge": 2})
+    assert outcomes[("run.after_advance", "inprocess")] == ("protected", {"charge": 1})  # it had advanced
+    result.stdout.fnmatch_lines(["*VIOLATION*effect 'charge' was applied 2 times by node 'charge' outside any tool*"])
+
+
+def test_a_requested_backend_that_cannot_run_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("REPLAYSAFE_PG_DSN", "REPLAYSAFE_REDIS_URL", "REPLAYSAFE_REQUIRE_SERVICES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")  # and no testcontainers fallback
+    write(pytester, "import pytest\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=postgres")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*crash backend 'postgres' was requested*cannot run here*REPLAYSAFE_PG_DSN*"])
+    defaulted = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--crash-matrix")
+    defaulted.stdout.fnmatch_lines(
+        [
+            "replaysafe: backend postgres left out: REPLAYSAFE_PG_DSN is not set*",
+            "replaysafe: backend postgres+redis left out: *",
+        ]
+    )
+
+
+HANGING = """
+import os, time
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+
+PARENT = os.getpid()
+
+def make_agent(checkpointer):
+    def refund_order(order_id: str) -> str:
+        '''Refund an order; hangs in a forked resumer.'''
+        if os.getpid() != PARENT:
+            time.sleep(60)
+        return "refunded " + order_id
+    model = ScriptedModel([Reply(tool_calls=[("refund_order", {"order_id": "1"})]), "Done."])
+    return ReactAgent(model, tools=[refund_order]).compile(checkpointer=checkpointer)
+
+@pytest.mark.crash_matrix(backends=["sqlite"], points=["run.before_node"], modes=["concurrent"])
+def test_refund(crash_run):
+    crash_run.invoke(make_agent(crash_run.checkpointer), {"messages": [Message.text_message("go")]})
+"""
+
+
+def test_a_hung_resumer_is_an_error_never_a_violation(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REPLAYSAFE_CHILD_TIMEOUT", "2")
+    pytester.makepyfile(test_agent=HANGING)
+    result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "--crash-hits=2")
+    cells = report(pytester, result)["cells"]
+    assert [(c["hit"], c["outcome"]) for c in cells] == [(2, "error")]
+    assert "did not finish within 2s" in cells[0]["detail"]
+
+
+def test_forking_waits_for_running_tool_threads() -> None:
+    """A sync tool's thread still running (its task cancelled by an in-process crash) would be copied into a
+    forked child with the locks it holds; the harness waits for such threads before it forks."""
+    import asyncio
+    import threading
+
+    from tenxgraph.utils.sync import run_sync, to_thread, wait_threads_idle
+
+    release = threading.Event()
+
+    async def cancelled_call() -> None:
+        task = asyncio.ensure_future(to_thread(release.wait, 30))
+        await asyncio.sleep(0.05)
+        task.cancel()  # the thread goes on, as after a crash
+
+    run_sync(cancelled_call())
+    assert not wait_threads_idle(0.05)
+    release.set()
+    assert wait_threads_idle(5)
+
+
+PARALLEL = """
+import asyncio
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+
+def make_agent(checkpointer, effects):
+    async def refund_order(order_id: str, idempotency_key: str) -> str:
+        '''Refund an order.'''
+        await asyncio.sleep(0.002)
+        return effects.apply("refund", {"order": order_id}, idempotency_key)["effect_id"]
+
+    async def send_email(to: str) -> str:
+        '''Send an email.'''
+        return effects.apply("email", {"to": to})["effect_id"]
+
+    def open_ticket(title: str) -> str:
+        '''Open a ticket.'''
+        return effects.apply("ticket", {"title": title})["effect_id"]
+
+    model = ScriptedModel([
+        Reply(tool_calls=[("refund_order", {"order_id": "1"}), ("send_email", {"to": "ada"}),
+                          ("open_ticket", {"title": "t"})]),
+        "Done.",
+    ])
+    return ReactAgent(model, tools=[refund_order, send_email, open_ticket]).compile(checkpointer=checkpointer)
+
+@pytest.mark.crash_matrix(points=["tool.after_record", "tool.after_return"], backends=["sqlite"],
+                          modes=["inprocess", "sigkill", "stream", "concurrent"])
+def test_parallel(crash_run, effects):
+    result = crash_run.invoke(make_agent(crash_run.checkpointer, effects), {"messages": [Message.text_message("go")]})
+    assert result.final_text == "Done."
+"""
+
+
+def _outcomes(data: dict) -> dict[tuple[str, str, int], tuple[str, str | None, dict]]:  # type: ignore[type-arg]
+    """Per cell: outcome, gap names, and executions per tool_call_id (message ids are new in every run)."""
+    return {
+        (c["point"], c["mode"], c["hit"]): (
+            c["outcome"],
+            c["gap"],
+            {key.rsplit(":", 1)[-1]: n for key, n in c["executions"].items()},
+        )
+        for c in data["cells"]
+    }
+
+
+def test_one_seed_gives_one_outcome_and_every_repro_line_reproduces_it(pytester: pytest.Pytester) -> None:
+    """Which parallel siblings have returned or been recorded when a crash fires is decided by the seed: the same
+    seed twice gives the same outcomes, gap names and execution counts cell by cell, and each cell's repro line
+    (concurrent and stream cells included) brings its outcome back."""
+    pytester.makepyfile(test_agent=PARALLEL)
+    first = report(pytester, run(pytester, "--crash-matrix", "--crash-seed=42", "--crash-report=matrix.json"))
+    again = report(pytester, run(pytester, "--crash-matrix", "--crash-seed=42", "--crash-report=matrix.json"))
+    assert len(first["cells"]) == 2 * 3 * 4
+    assert _outcomes(first) == _outcomes(again)
+    other = report(pytester, run(pytester, "--crash-matrix", "--crash-seed=7", "--crash-report=matrix.json"))
+    assert {c["outcome"] for c in other["cells"]} <= {"protected", "known_gap"}
+
+    def replay(cell: dict) -> tuple[tuple[str, str, int], dict]:  # type: ignore[type-arg]
+        out = pytester.path / f"repro-{cell['point']}-{cell['mode']}-{cell['hit']}.json"
+        args = [*shlex.split(cell["repro"])[1:], "-p", "no:cacheprovider", "-q", f"--crash-report={out}"]
+        subprocess.run([sys.executable, "-m", "pytest", *args], cwd=pytester.path, capture_output=True, timeout=300)
+        data = json.loads(out.read_text())
+        return (cell["point"], cell["mode"], cell["hit"]), data
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        replays = list(pool.map(replay, first["cells"]))
+    expected = _outcomes(first)
+    for key, data in replays:
+        assert [c["hit"] for c in data["cells"]] == [key[2]], key
+        assert _outcomes(data) == {key: expected[key]}, key
+
+
+def test_violations_name_the_tool_and_its_arguments(pytester: pytest.Pytester) -> None:
+    from tests.test_plugin import PROTECTED, SABOTAGE
+
+    write(pytester, PROTECTED, conftest=SABOTAGE)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=amnesiac", "--crash-points=tool.after_record"
+    )
+    result.stdout.fnmatch_lines(["*VIOLATION*refund_order(order_id='1042') executed 2 times*"])
+
+
+def test_harness_cleans_up_its_own_redis_keys(redis_url: str, pg_dsn: str) -> None:
+    """Fixtures delete only their own prefix; a key outside it survives a whole matrix run over postgres+redis."""
+    import uuid
+
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    bystander = f"replaysafe-bystander:{uuid.uuid4().hex}"
+    client.set(bystander, "keep me", ex=600)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--crash-matrix",
+            "--crash-backends=postgres+redis",
+            "--crash-points=tool.after_record",
+            "--crash-modes=inprocess",
+            "examples/support_refund",
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert client.get(bystander) == b"keep me"
+    client.delete(bystander)
+
+
+def test_a_crash_lets_no_sibling_record_after_it(tmp_path: Path) -> None:
+    """Under a seeded completion order, a crash at the first record leaves exactly that record: a dying process
+    passes no turn on, and a sibling cancelled as its body returned does not go on (on Python 3.11,
+    ``asyncio.wait_for`` dropped that cancellation; the sibling then recorded, or waited forever for its turn)."""
+    import importlib.util
+    import random
+    import threading
+
+    from pytest_replaysafe.effects import Effects
+    from tenxgraph import Message
+    from tenxgraph.core import crashpoints
+    from tenxgraph.core.graph.utils.invoke_node_handler import set_completion_order
+    from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+    source = tmp_path / "agent.py"
+    source.write_text(PARALLEL)
+    spec = importlib.util.spec_from_file_location("parallel_agent", source)
+    assert spec is not None and spec.loader is not None
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    cp, effects = SqliteCheckpointer(tmp_path / "state.db"), Effects(tmp_path / "effects.db")
+    rng = random.Random(3)
+    first: list[int] = []
+
+    def order(batch: list) -> list[int]:  # type: ignore[type-arg]
+        indexes = [info.index for info in batch]
+        rng.shuffle(indexes)
+        first[:] = indexes[:1]
+        return indexes
+
+    set_completion_order(order)
+    try:
+        for trial in range(100):
+            thread = f"t{trial}"
+            done = threading.Event()
+
+            def crash_once(thread: str = thread, done: threading.Event = done) -> None:
+                with crashpoints.armed("tool.after_record", 1), pytest.raises(crashpoints.CrashInjected):
+                    agent.make_agent(cp, effects).invoke(
+                        {"messages": [Message.text_message("go")]}, {"thread_id": thread}
+                    )
+                done.set()
+
+            worker = threading.Thread(target=crash_once, daemon=True)
+            worker.start()
+            assert done.wait(30), f"trial {trial}: the crashing run hung"
+            recorded = [key.rsplit("_", 1)[-1] for key in cp.list_tool_results(thread)]
+            assert recorded == [str(first[0] + 1)], (trial, recorded, first)
+    finally:
+        set_completion_order(None)
+        cp.close()
