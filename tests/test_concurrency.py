@@ -24,7 +24,8 @@ from pytest_replaysafe.verdict import result_problems
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, ThreadBusyError
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.utils.invoke_node_handler import add_tool_observer
-from tenxgraph.storage.checkpointer import BaseCheckpointer, SqliteCheckpointer
+from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer, SqliteCheckpointer
+from tenxgraph.utils.sync import run_sync
 
 WORKERS = 8
 TRIALS = 200
@@ -146,3 +147,78 @@ def test_eight_resumers_postgres(tmp_path: Path, pg_dsn: str, pg_schema: str) ->
     outcomes = run_trials(lambda: PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema), tmp_path, seed=2)
     assert outcomes["done"] >= TRIALS and outcomes["done"] + outcomes["busy"] == TRIALS * WORKERS
     assert outcomes["busy"] > 0
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_lock_timeout_waits_for_the_holder_then_runs(backend: str, tmp_path: Path) -> None:
+    """Without lock_timeout a busy thread is refused at once; with it, the run waits and then runs; a wait that
+    runs out says how long it waited and how to wait longer."""
+    cp: BaseCheckpointer = InMemoryCheckpointer() if backend == "memory" else SqliteCheckpointer(tmp_path / "s.db")
+    msg = {"messages": [Message.text_message("refund and email")]}
+
+    async def main() -> None:
+        release = asyncio.Event()
+        held = asyncio.Event()
+
+        async def holder() -> None:
+            async with cp.arun_lock("t"):
+                held.set()
+                await release.wait()
+
+        task = asyncio.ensure_future(holder())
+        await held.wait()
+        with pytest.raises(ThreadBusyError) as at_once:
+            await build(cp).ainvoke(msg, {"thread_id": "t"})
+        assert at_once.value.waited is None
+        with pytest.raises(ThreadBusyError, match=r"waited 0\.05s.*lock_timeout"):
+            await build(cp).ainvoke(msg, {"thread_id": "t", "lock_timeout": 0.05})
+        waiter = asyncio.ensure_future(build(cp).ainvoke(msg, {"thread_id": "t", "lock_timeout": 30}))
+        await asyncio.sleep(0.05)
+        assert not waiter.done()  # still waiting for the holder
+        release.set()
+        result = await waiter
+        assert result.final_text == "Done."
+        await task
+
+    run_sync(main())
+
+
+def test_postgres_resume_right_after_kill_9_waits_for_the_dead_lock(pg_dsn: str, pg_schema: str) -> None:
+    """PostgreSQL frees a killed session's advisory lock only when its backend notices the dead connection, a few
+    milliseconds later: an immediate resume used to get ThreadBusyError about 1 time in 20. With lock_timeout it
+    waits for that instead (20 kills, each resumed at once)."""
+    import os
+    import signal
+
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+    cp = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
+    cp.setup()
+    msg = {"messages": [Message.text_message("refund and email")]}
+    try:
+        for trial in range(20):
+            thread = f"kill-{trial}"
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child takes the thread's run lock inside a run, says so, and waits to be killed
+                code = 1
+                try:
+                    os.close(read_end)
+
+                    def signal_and_wait(name: str, n: int, write_end: int = write_end) -> None:
+                        os.write(write_end, b"x")
+                        time.sleep(60)
+
+                    crashpoints.arm("tool.before_invoke", 1, signal_and_wait)
+                    build(PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)).invoke(msg, {"thread_id": thread})
+                finally:
+                    os._exit(code)
+            os.close(write_end)
+            assert os.read(read_end, 1) == b"x"
+            os.close(read_end)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            result = build(cp).invoke(None, {"thread_id": thread, "lock_timeout": 10})
+            assert result.final_text == "Done.", trial
+    finally:
+        cp.close()
