@@ -368,3 +368,11 @@ def test_a_crash_lets_no_sibling_record_after_it(tmp_path: Path) -> None:
     finally:
         set_completion_order(None)
         cp.close()
+
+
+def test_importing_the_plugin_imports_nothing_of_the_runtime() -> None:
+    """pytest loads the plugin in every session of a user's suite; the runtime is imported only when a matrix or a
+    fixture needs it."""
+    code = "import sys, pytest_replaysafe.plugin; print(sorted(m for m in sys.modules if m.startswith('tenxgraph')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
