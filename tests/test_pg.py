@@ -23,7 +23,7 @@ from examples.support_refund.agent import build_support_agent
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected
-from tenxgraph.errors import ConfigError, StaleStateError
+from tenxgraph.errors import ConfigError, RunLockLostError, StaleStateError, ThreadBusyError
 from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 from tenxgraph.utils.sync import run_sync
 from tests.test_crashpoints import effects, run_child
@@ -344,3 +344,90 @@ def test_schema_v1_is_migrated_in_place(pg_dsn: str, pg_schema: str) -> None:
     with psycopg.connect(pg_dsn) as conn:
         versions = conn.execute(sql.SQL("SELECT version FROM {}.schema_version ORDER BY 1").format(schema))
         assert [r[0] for r in versions] == [1, 2]
+
+
+def _lock_holder_pid(cp: PgCheckpointer, dsn: str, thread_id: str) -> int:
+    key = cp.run_lock_key(thread_id) & 0xFFFFFFFFFFFFFFFF
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid AND objid = %s::oid"
+            " AND objsubid = 1 AND granted",
+            (key >> 32, key & 0xFFFFFFFF),
+        ).fetchone()
+    assert row is not None, "the run lock is not held"
+    return int(row[0])
+
+
+def test_a_run_that_lost_its_lock_invokes_no_more_tools(pg_dsn: str, pg_schema: str) -> None:
+    """The run's lock connection is terminated (a failover, an idle-session killer) while a tool works. Before,
+    the run went on invoking tools without its lock while a retry on the thread (now free) ran the same pending
+    call: send_email executed twice. Now the run checks its lock before each tool and each write: it stops with
+    RunLockLostError, and the retry sends the email once."""
+    cp = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
+    sent: list[str] = []
+    nested: list[str] = []
+
+    def retry_from_another_worker() -> None:
+        async def retry() -> None:
+            other = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
+            try:
+                await agent(other).ainvoke(None, {"thread_id": "t"})
+                nested.append("finished")
+            except ThreadBusyError:
+                nested.append("refused")
+            finally:
+                await other.aclose()
+
+        asyncio.run(retry())
+
+    def drop_my_lock_connection() -> str:
+        """Check stock (while it works, the database drops this run's lock connection)."""
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (_lock_holder_pid(cp, pg_dsn, "t"),))
+        return "in stock"
+
+    def send_email(to: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        if not nested:  # a retry arrives while this call is running
+            worker = threading.Thread(target=retry_from_another_worker)
+            worker.start()
+            worker.join()
+        return "sent"
+
+    def agent(checkpointer: PgCheckpointer) -> Any:
+        model = ScriptedModel(
+            [
+                Reply(tool_calls=[("drop_my_lock_connection", {})]),
+                Reply(tool_calls=[("send_email", {"to": "ada"})]),
+                "Done.",
+            ]
+        )
+        return ReactAgent(model, tools=[drop_my_lock_connection, send_email]).compile(checkpointer)
+
+    try:
+        with pytest.raises(RunLockLostError, match="lost its run lock"):
+            agent(cp).invoke(MSG, {"thread_id": "t"})
+        assert sent == []  # the run stopped before invoking send_email without its lock
+        result = agent(cp).invoke(None, {"thread_id": "t", "lock_timeout": 5})
+        assert result.final_text == "Done."
+        assert sent == ["ada"] and nested == ["refused"]  # once; a concurrent retry is refused, not let in
+    finally:
+        cp.close()
+
+
+def test_run_locks_of_unrelated_threads_do_not_collide(pg_checkpointer: PgCheckpointer) -> None:
+    """With a 32-bit hashtext key these two ids took the same lock: one got ThreadBusyError while the other ran."""
+
+    async def main() -> None:
+        async with pg_checkpointer.arun_lock("order-3687"), pg_checkpointer.arun_lock("order-118181"):
+            assert pg_checkpointer.run_lock_key("order-3687") != pg_checkpointer.run_lock_key("order-118181")
+
+    run_sync(main())
+
+
+def test_the_old_lock_key_did_collide(pg_dsn: str) -> None:
+    """Keeps the regression honest: the two ids really collide under the old 32-bit key."""
+    with psycopg.connect(pg_dsn) as conn:
+        a, b = conn.execute("SELECT hashtext('order-3687'), hashtext('order-118181')").fetchone()  # type: ignore[misc]
+    assert a == b

@@ -86,5 +86,9 @@ class RecordingCheckpointer(BaseCheckpointer):
         async with self.inner.arun_lock(thread_id):
             yield
 
+    async def acheck_run_lock(self, thread_id: str) -> None:
+        if not self.bypass_lock:
+            await self.inner.acheck_run_lock(thread_id)
+
     async def aclose(self) -> None:
         await self.inner.aclose()

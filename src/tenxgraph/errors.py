@@ -70,6 +70,22 @@ class ThreadBusyError(StaleStateError):
         )
 
 
+class RunLockLostError(StaleStateError):
+    """This run no longer holds its thread's run lock (its database connection was dropped): it stopped before
+    invoking another tool or writing state, so a run that took the thread over cannot be raced. The thread stays
+    resumable."""
+
+    def __init__(self, thread_id: str, reason: str) -> None:
+        self.thread_id = thread_id
+        self.expected = 0
+        self.actual = None
+        TenxGraphError.__init__(
+            self,
+            f"thread {thread_id!r}: this run lost its run lock ({reason}) and stopped before running anything "
+            "else; the thread stays resumable: invoke it again (with a lock_timeout) to finish it",
+        )
+
+
 class SerializationError(TenxGraphError, TypeError):
     """A value that must be stored is not JSON-serialisable."""
 

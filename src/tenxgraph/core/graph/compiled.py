@@ -25,7 +25,7 @@ from tenxgraph.core.graph.config import RunConfig
 from tenxgraph.core.graph.context import RunContext, reset_current_run, set_current_run
 from tenxgraph.core.state.messages import Message
 from tenxgraph.core.state.state import AgentState
-from tenxgraph.errors import ConfigError, GraphBuildError, GraphRecursionError, NodeTimeoutError
+from tenxgraph.errors import ConfigError, GraphBuildError, GraphRecursionError, NodeTimeoutError, RunLockLostError
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, hold_run_lock
 from tenxgraph.storage.checkpointer.memory import InMemoryCheckpointer
 from tenxgraph.utils.constants import END, LOGGER_NAME
@@ -242,6 +242,7 @@ class _Run(Generic[S]):
         self.steps = 0
 
     async def _write(self, messages: list[Message]) -> None:
+        await self.graph.checkpointer.acheck_run_lock(self.cfg.thread_id)  # fencing, before every state write
         self.version = await self.graph.checkpointer.aput_thread(
             self.cfg.thread_id, self.state.values_dict(), expected_version=self.version, new_messages=messages
         )
@@ -301,7 +302,10 @@ class _Run(Generic[S]):
             reset_current_run(token)
 
     async def _fail(self, node: str, exc: Exception) -> None:
-        """Store the error (the node stays current, so a resume retries it), then re-raise."""
+        """Store the error (the node stays current, so a resume retries it), then re-raise. A run that lost its
+        lock stores nothing: the thread is another run's now, and it stays resumable as it is."""
+        if isinstance(exc, RunLockLostError):
+            raise exc
         self.state.meta.status = "error"
         self.state.meta.error = f"{type(exc).__name__} in node {node!r}: {exc}"
         try:

@@ -126,6 +126,11 @@ class BaseCheckpointer(ABC):
         a crashed worker never blocks recovery. The default is process-local (right for in-memory storage)."""
         return _local_run_lock(self, thread_id)
 
+    async def acheck_run_lock(self, thread_id: str) -> None:
+        """Fencing: raise :class:`RunLockLostError` if this process no longer holds the run lock of *thread_id* it
+        took with :meth:`arun_lock`. The run loop asks before invoking each tool and before each state write. The
+        default does nothing: a process-local lock, or an ``flock``, cannot be lost while its process lives."""
+
     async def aclose(self) -> None:
         """Release connections. The default does nothing."""
 

@@ -17,6 +17,7 @@ committed is recognised as ours instead of being reported stale.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import re
@@ -26,7 +27,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tenxgraph.core.state.messages import JSON, Message, dumps
-from tenxgraph.errors import ConfigError, StaleStateError, ThreadBusyError
+from tenxgraph.errors import ConfigError, RunLockLostError, StaleStateError, ThreadBusyError
 from tenxgraph.storage.checkpointer.base import (
     RESUMABLE_STATUSES,
     BaseCheckpointer,
@@ -142,6 +143,7 @@ class PgCheckpointer(BaseCheckpointer):
         self._ready = False
         self._open_lock: asyncio.Lock | None = None
         self._cache_tasks: set[asyncio.Task[bool]] = set()
+        self._lock_conns: dict[str, psycopg.AsyncConnection[Any]] = {}  # run locks held by this process
         # Rendered once to plain strings (the schema is a validated identifier): psycopg caches the parsing of
         # str queries, while a sql.Composed is converted again on every call.
         self._q = {
@@ -162,6 +164,7 @@ class PgCheckpointer(BaseCheckpointer):
         loop = asyncio.get_running_loop()
         if self._pid != os.getpid():  # a forked child never uses the parent's sockets
             self._pid, self._loop, self._ready, self._open_lock = os.getpid(), None, False, None
+            self._lock_conns = {}
             self._pool = self._user_pool if self.postgres_dsn is None else None
             self._redis, self._cache_script = self._user_redis if self.redis_url is None else None, None
         if self._loop is not None and self._loop is not loop and self.postgres_dsn is not None:
@@ -473,26 +476,47 @@ class PgCheckpointer(BaseCheckpointer):
             self._redis, self._cache_script = None, None
         self._ready, self._loop, self._open_lock = False, None, None
 
+    def run_lock_key(self, thread_id: str) -> int:
+        """The 64-bit advisory-lock key of *thread_id* in this schema (a 32-bit hash made unrelated threads collide:
+        ``order-3687`` and ``order-118181``; 64 bits make a collision among locks held at once negligible)."""
+        digest = hashlib.blake2b(f"{self.schema}\x00{thread_id}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big", signed=True)
+
     @asynccontextmanager
     async def arun_lock(self, thread_id: str) -> AsyncIterator[None]:
-        """A session advisory lock on a connection held for the run: PostgreSQL releases it the moment the holder's
-        connection dies (a killed worker), so recovery never waits. Two statements per run, no commit."""
+        """A session advisory lock on a connection held for the run: PostgreSQL releases it when the holder's
+        connection dies (a killed worker), so recovery never waits for a lease. Two statements per run, no
+        commit. :meth:`acheck_run_lock` tells the run whether the connection, and so the lock, is still there."""
         check_thread_id(thread_id)
         pool = await self._ensure_open()
+        key = self.run_lock_key(thread_id)
         async with pool.connection() as conn:
-            cur = await conn.execute(self._q["try_lock"], (self.schema, thread_id))
+            cur = await conn.execute(self._q["try_lock"], (key,))
             row = await cur.fetchone()
             if not row or not row[0]:
                 raise ThreadBusyError(thread_id)
+            self._lock_conns[thread_id] = conn
             try:
                 yield
             finally:
+                self._lock_conns.pop(thread_id, None)
                 try:
-                    await conn.execute(self._q["unlock"], (self.schema, thread_id))
+                    await conn.execute(self._q["unlock"], (key,))
                 except psycopg.Error as exc:  # the connection died: so did its lock
                     log.warning(
                         "releasing the run lock of thread %r failed (%s); the lock went with it", thread_id, exc
                     )
+
+    async def acheck_run_lock(self, thread_id: str) -> None:
+        """One round trip on the lock's own connection: if it was dropped (a failover, an idle-session killer),
+        the session lock went with it and another run may hold the thread now."""
+        conn = self._lock_conns.get(thread_id)
+        if conn is None:
+            return
+        try:
+            await conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            raise RunLockLostError(thread_id, f"its PostgreSQL connection failed: {type(exc).__name__}: {exc}") from exc
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -547,8 +571,8 @@ _QUERIES = {
         VALUES (%s, %s, %s::text::jsonb, 'started')
         ON CONFLICT (thread_id, key) DO NOTHING""",
     "list_results": "SELECT key, result FROM {schema}.tool_executions WHERE thread_id = %s ORDER BY created_at, key",
-    "try_lock": "SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))",
-    "unlock": "SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))",
+    "try_lock": "SELECT pg_try_advisory_lock(%s::bigint)",
+    "unlock": "SELECT pg_advisory_unlock(%s::bigint)",
     "prune": """
         DELETE FROM {schema}.tool_executions WHERE ctid IN (
             SELECT te.ctid FROM {schema}.tool_executions te

@@ -295,6 +295,7 @@ async def _execute(
                 return resolved
         elif tool.on_in_doubt is not None:
             await _write_intent(call, key, ctx)
+    await ctx.checkpointer.acheck_run_lock(ctx.thread_id)  # fencing: never invoke a tool without the thread's lock
     crash_point("tool.before_invoke")
     timeout = ctx.config.tool_timeout
     try:
