@@ -207,10 +207,11 @@ def test_parallel_crash_after_sibling_finished_does_not_rerun_sibling(checkpoint
 
 
 def test_crash_in_one_call_stops_unfinished_siblings(checkpointer: BaseCheckpointer) -> None:
-    cancelled = asyncio.Event()
+    started, cancelled = asyncio.Event(), asyncio.Event()
 
     async def long_running() -> str:
         """Long."""
+        started.set()
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
@@ -218,10 +219,14 @@ def test_crash_in_one_call_stops_unfinished_siblings(checkpointer: BaseCheckpoin
             raise
         return "never"
 
-    fx = Effects()
+    async def quick() -> str:
+        """Returns (and crashes) once its sibling is running."""
+        await started.wait()
+        return "ok"
+
     script = [Reply(tool_calls=[("quick", {}), ("long_running", {})]), "done"]
     with crashpoints.armed("tool.after_return", hit=1), pytest.raises(CrashInjected):
-        agent(checkpointer, script, [fx.tool("quick"), long_running]).invoke({"messages": MSG}, {"thread_id": "t"})
+        agent(checkpointer, script, [quick, long_running]).invoke({"messages": MSG}, {"thread_id": "t"})
     assert cancelled.is_set()
     assert checkpointer.list_tool_results("t") == {}
 
@@ -287,22 +292,42 @@ def test_ledger_write_failure_logs_error_and_the_run_continues(
     assert "'refund_order' completed" in text and repr(key) in text and "'t'" in text and "may run again" in text
 
 
-def test_unserialisable_result_is_a_clear_error_naming_the_tool(
-    checkpointer: BaseCheckpointer, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (object(), "is not JSON serializable"),
+        ("refund id \x00 42", "NUL character"),
+        ("half a pair: \ud83d", "not valid UTF-8"),
+    ],
+    ids=["not-json", "nul", "lone-surrogate"],
+)
+def test_a_result_no_backend_can_store_is_a_recorded_error_and_never_runs_again(
+    checkpointer: BaseCheckpointer, caplog: pytest.LogCaptureFixture, value: object, reason: str
 ) -> None:
-    def make_socket() -> object:
-        """Returns something that is not JSON."""
-        return object()
+    """Before, a NUL or a lone surrogate passed json.dumps, then the record and state writes failed with raw
+    driver errors, and every resume ran the tool again (a refund ran 3 times in 3 attempts). Now every backend
+    refuses the value the same way: the model gets an error result naming the tool, it is recorded, the run goes
+    on, and a resume after a crash replays the error instead of running the tool again."""
+    runs: list[str] = []
 
-    script = [Reply(tool_calls=[("make_socket", {})]), "done"]
-    with caplog.at_level(logging.ERROR, logger="tenxgraph"):
-        result = agent(checkpointer, script, [make_socket]).invoke({"messages": MSG}, {"thread_id": "t"})
+    def refund_order() -> object:
+        """Returns what a provider sent back."""
+        runs.append("refund")
+        return value
+
+    script = [Reply(tool_calls=[("refund_order", {})]), "done"]
+    crash = crashpoints.armed("node.after_complete", hit=2)  # the tool node completed; the run did not advance
+    with caplog.at_level(logging.ERROR, logger="tenxgraph"), pytest.raises(CrashInjected), crash:
+        agent(checkpointer, script, [refund_order]).invoke({"messages": MSG}, {"thread_id": "t"})
+    assert "'refund_order' returned a value that cannot be stored" in caplog.text and reason in caplog.text
+    [record] = checkpointer.list_tool_results("t").values()
+    assert record["is_error"] and reason in str(record["output"])
+    result = agent(checkpointer, script, [refund_order]).invoke(None, {"thread_id": "t"})
+    assert runs == ["refund"]  # recorded: the resume replayed the error
     tool_result = result.messages[2].tool_results[0]
-    assert tool_result.is_error and "tool 'make_socket' returned a value that cannot be stored as JSON" in str(
+    assert tool_result.is_error and "tool 'refund_order' returned a value that cannot be stored" in str(
         tool_result.output
     )
-    assert "'make_socket' completed but its result was not recorded" in caplog.text
-    assert checkpointer.list_tool_results("t") == {}
     assert result.final_text == "done"
 
 
@@ -331,3 +356,37 @@ def test_prune_keeps_the_ledger_of_an_interrupted_run(checkpointer: BaseCheckpoi
     assert fx.runs["refund_order"] == 1
     checkpointer.prune_tool_executions(timedelta(0))  # finished now: prunable
     assert checkpointer.list_tool_results("t") == {}
+
+
+def test_a_repeated_tool_call_id_in_one_message_never_merges_two_calls(
+    checkpointer: BaseCheckpointer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A model that repeats a tool_call_id in one message: before, both calls got one key and one result message
+    id, the second result was dropped, and after a crash the second refund was "replayed" with the first's result.
+    Now each call runs, is recorded and answered on its own, with a warning; a resume replays each its own result."""
+    refunds: list[str] = []
+
+    def refund_order(order_id: str) -> str:
+        """Refund an order."""
+        refunds.append(order_id)
+        return f"refunded {order_id}"
+
+    script = [
+        Reply(
+            tool_calls=[
+                ("refund_order", {"order_id": "1042"}, "call_1"),
+                ("refund_order", {"order_id": "2001"}, "call_1"),
+            ]
+        ),
+        "done",
+    ]
+    crash = crashpoints.armed("tool.after_record", hit=1)  # one of the two is recorded, then the process dies
+    with caplog.at_level(logging.WARNING, logger="tenxgraph"), pytest.raises(CrashInjected), crash:
+        agent(checkpointer, script, [refund_order]).invoke({"messages": MSG}, {"thread_id": "t"})
+    assert "repeats tool_call_id(s) call_1" in caplog.text
+    result = agent(checkpointer, script, [refund_order]).invoke(None, {"thread_id": "t"})
+    outputs = sorted(r.output for m in result.messages for r in m.tool_results)
+    assert outputs == ["refunded 1042", "refunded 2001"]  # two results, each its own call's
+    assert len(checkpointer.list_tool_results("t")) == 2
+    assert sorted(set(refunds)) == ["1042", "2001"] and len(refunds) <= 3  # both ran; only an unrecorded one again
+    assert len({m.message_id for m in result.messages}) == len(result.messages)

@@ -94,12 +94,11 @@ def _outside_effects(effects: Iterable[Mapping[str, Any]]) -> Counter[tuple[str,
 
 def call_labels(messages: Sequence[Message]) -> dict[str, str]:
     """Execution id -> ``tool(args)`` for every call in a conversation, for messages a person can act on."""
-    from tenxgraph.core.graph.utils.invoke_node_handler import ledger_key
+    from tenxgraph.core.graph.utils.invoke_node_handler import call_keys
 
     labels = {}
     for m in messages:
-        for call in m.tool_calls:
-            key = ledger_key(m.message_id, call.id)
+        for call, key in zip(m.tool_calls, call_keys(m), strict=True):
             if key is not None:
                 raw = call.args
                 args = ", ".join(f"{k}={v!r}" for k, v in sorted(raw.items())) if isinstance(raw, dict) else repr(raw)
@@ -137,7 +136,7 @@ def _provenance(
 ) -> list[str]:
     """Every tool result must be what its own call's body returned; every record written after that body returned,
     holding its value; one idempotency key per call."""
-    from tenxgraph.core.graph.utils.invoke_node_handler import ledger_key
+    from tenxgraph.core.graph.utils.invoke_node_handler import call_keys
 
     problems: list[str] = []
     returned: dict[str, set[str | None]] = defaultdict(set)
@@ -161,11 +160,12 @@ def _provenance(
     for i, m in enumerate(messages):
         if m.role != "assistant":
             continue
-        for call in m.tool_calls:
-            key = ledger_key(m.message_id, call.id)
+        occurrence: dict[str, int] = {}
+        for call, key in zip(m.tool_calls, call_keys(m), strict=True):
+            occurrence[str(call.id)] = occurrence.get(str(call.id), 0) + 1
             if key is None or key in settled or (tools is not None and call.name not in tools):
                 continue
-            result = _result_of(messages, i, str(call.id))
+            result = _result_of(messages, i, str(call.id), occurrence[str(call.id)])
             if result is None or result.is_error:
                 continue  # a lost result is reported by result_problems; errors are the runtime's own
             label = labels.get(key, key)
@@ -181,13 +181,17 @@ def _provenance(
     return problems
 
 
-def _result_of(messages: Sequence[Message], index: int, call_id: str) -> Any:
+def _result_of(messages: Sequence[Message], index: int, call_id: str, occurrence: int) -> Any:
+    """The *occurrence*-th result for *call_id* among the tool messages after ``messages[index]``."""
+    seen = 0
     for m in messages[index + 1 :]:
         if m.role != "tool":
             break
         for r in m.tool_results:
             if str(r.call_id) == call_id:
-                return r
+                seen += 1
+                if seen == occurrence:
+                    return r
     return None
 
 

@@ -13,6 +13,12 @@ TOOL_TIMEOUT: Final[float] = 300
 RECURSION_LIMIT: Final[int] = 25
 """Nodes one invocation may run before ``GraphRecursionError``; ``config['recursion_limit']`` overrides."""
 
+THREAD_ID_MAX_BYTES: Final[int] = 512
+"""The longest thread id, in UTF-8 bytes, on every backend (PostgreSQL indexes cap a key near 2.7 KB)."""
+
+MESSAGE_ID_MAX_BYTES: Final[int] = 256
+"""The longest message id and tool-call id, in UTF-8 bytes (a ledger key joins the two)."""
+
 START: Final[str] = "__start__"
 END: Final[str] = "__end__"
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tenxgraph.core.state.messages import new_id
+from tenxgraph.core.state.messages import id_problem, new_id
 from tenxgraph.errors import ConfigError
-from tenxgraph.utils.constants import LOGGER_NAME, NODE_TIMEOUT, RECURSION_LIMIT, TOOL_TIMEOUT
+from tenxgraph.utils.constants import LOGGER_NAME, NODE_TIMEOUT, RECURSION_LIMIT, THREAD_ID_MAX_BYTES, TOOL_TIMEOUT
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -56,8 +56,9 @@ class RunConfig:
                 "thread_id: pass config={'thread_id': ...} to resume this run after a crash",
                 thread_id,
             )
-        elif not isinstance(thread_id, str) or not thread_id:
-            raise ConfigError(f"config['thread_id'] must be a non-empty string, got {thread_id!r}")
+        elif (problem := id_problem(thread_id, THREAD_ID_MAX_BYTES)) is not None:
+            raise ConfigError(f"config['thread_id'] {problem}")
+        assert isinstance(thread_id, str)
         limit = config.get("recursion_limit", RECURSION_LIMIT)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError(f"recursion_limit must be a whole number >= 1, got {limit!r}")

@@ -8,11 +8,13 @@ must never be regenerated for a stored message.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from tenxgraph.errors import SerializationError
+from tenxgraph.utils.constants import MESSAGE_ID_MAX_BYTES
 
 Role: TypeAlias = Literal["user", "assistant", "system", "tool"]
 ResultStatus: TypeAlias = Literal["success", "error", "timeout", "replayed_error"]
@@ -20,6 +22,22 @@ ROLES: frozenset[str] = frozenset({"user", "assistant", "system", "tool"})
 
 JSON: TypeAlias = Any
 """A value that ``json.dumps`` accepts and that round-trips through ``json.loads`` unchanged."""
+
+
+def id_problem(value: object, max_bytes: int) -> str | None:
+    """Why *value* cannot be an id on every backend (None if it can): ids are non-empty strings of valid UTF-8
+    without NUL characters, at most *max_bytes* long."""
+    if not isinstance(value, str) or not value:
+        return f"must be a non-empty string, got {value!r}"
+    if "\x00" in value:
+        return "must not contain a NUL character (\\x00): PostgreSQL cannot store one"
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        return f"must be valid UTF-8: {exc.reason} at position {exc.start}"
+    if size > max_bytes:
+        return f"is {size} bytes long; the limit is {max_bytes} bytes (UTF-8) on every backend"
+    return None
 
 
 def new_id(prefix: str = "msg") -> str:
@@ -42,6 +60,11 @@ class ToolCallBlock:
     id: str | None
     name: str
     args: dict[str, JSON] | str = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problem = id_problem(self.id, MESSAGE_ID_MAX_BYTES) if self.id is not None else None
+        if problem is not None:
+            raise ValueError(f"tool_call_id of {self.name!r} {problem}")
 
     def to_dict(self) -> dict[str, JSON]:
         return {"type": "tool_call", "id": self.id, "name": self.name, "args": self.args}
@@ -99,8 +122,9 @@ class Message:
             raise ValueError(f"Message role {self.role!r} is invalid; use one of {sorted(ROLES)}")
         if not isinstance(self.content, tuple):
             object.__setattr__(self, "content", tuple(self.content))
-        if not self.message_id:
-            raise ValueError("Message.message_id must be a non-empty string (leave it out to generate one)")
+        problem = id_problem(self.message_id, MESSAGE_ID_MAX_BYTES)
+        if problem is not None:
+            raise ValueError(f"Message.message_id {problem} (leave it out to generate one)")
 
     # -- constructors -----------------------------------------------------------------------------------
     @classmethod
@@ -169,9 +193,26 @@ class Message:
         return cls.from_dict(json.loads(text))
 
 
+# A NUL escape that is not itself an escaped backslash followed by "u0000".
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def dumps(value: JSON, what: str = "value") -> str:
-    """``json.dumps`` that raises a :class:`SerializationError` naming *what* could not be stored."""
+    """``json.dumps`` that raises a :class:`SerializationError` naming *what* could not be stored.
+
+    One rule for every backend: besides JSON's own limits, no string may hold a NUL character (PostgreSQL refuses
+    it) or a lone surrogate (not valid UTF-8: SQLite and PostgreSQL both refuse it)."""
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is not JSON-serialisable: {exc}") from exc
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise SerializationError(f"{what} cannot be stored: a string contains a NUL character (\\x00)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end]
+        raise SerializationError(
+            f"{what} cannot be stored: a string is not valid UTF-8 ({exc.reason}: {bad!r})"
+        ) from None
+    return text

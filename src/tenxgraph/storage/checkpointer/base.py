@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from tenxgraph.core.state.messages import JSON, Message, dumps
+from tenxgraph.core.state.messages import JSON, Message, dumps, id_problem
 from tenxgraph.errors import ConfigError, ThreadBusyError
+from tenxgraph.utils.constants import THREAD_ID_MAX_BYTES
 from tenxgraph.utils.sync import run_sync
 
 
@@ -41,8 +42,11 @@ class ThreadSnapshot:
 
 
 def check_thread_id(thread_id: object) -> str:
-    if not isinstance(thread_id, str) or not thread_id:
-        raise ConfigError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    """One rule for thread ids on every backend, checked before anything is written (see ``id_problem``)."""
+    problem = id_problem(thread_id, THREAD_ID_MAX_BYTES)
+    if problem is not None:
+        raise ConfigError(f"thread_id {problem}")
+    assert isinstance(thread_id, str)
     return thread_id
 
 

@@ -14,8 +14,9 @@ Recorded: a tool that returned, and a tool that raised (its error result). Not r
 cancelled, the model gets a ``ToolTimeoutError`` result) and a call that never ran (bad arguments, unknown tool).
 
 Failures, as documented: a failed ledger read logs a WARNING and runs the tools (skipping a tool that never ran
-is worse); a failed record write (or an unserialisable result) logs an ERROR that the call completed but was not
-recorded and may run again on replay, and the run continues.
+is worse); a failed record write logs an ERROR that the call completed but was not recorded and may run again on
+replay, and the run continues. A result no backend can store (not JSON, a NUL character, invalid UTF-8) becomes
+an error result naming the tool, and that is recorded: the call never runs again.
 """
 
 from __future__ import annotations
@@ -161,6 +162,22 @@ def ledger_key(message_id: str | None, tool_call_id: str | None) -> str | None:
     if not message_id or not tool_call_id:
         return None
     return f"{message_id}:{tool_call_id}"
+
+
+def call_keys(message: Message) -> list[str | None]:
+    """The ledger key of each tool call of *message*, in order. A ``tool_call_id`` repeated within one message (a
+    model bug seen in practice) gets its occurrence appended from the second time on (``msg:call_1#2``): two calls
+    never share a key, a record or a result message, and each key is as stable as the message."""
+    seen: dict[str, int] = {}
+    keys: list[str | None] = []
+    for call in message.tool_calls:
+        key = ledger_key(message.message_id, call.id)
+        if key is not None:
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > 1:
+                key = f"{key}#{seen[key]}"
+        keys.append(key)
+    return keys
 
 
 def result_message_id(key: str | None) -> str:
@@ -394,15 +411,15 @@ async def _record(execution: ToolExecution, key: str, ctx: RunContext) -> ToolEx
         await ctx.checkpointer.aput_tool_result(ctx.thread_id, key, encode_record(execution))
     except SerializationError as exc:
         log.error(
-            "tool %r completed but its result was not recorded in the ledger (key %r, thread %r): %s. "
-            "The call may run again on replay; return JSON values from tools",
+            "tool %r returned a value that cannot be stored (key %r, thread %r): %s. Its error result is recorded "
+            "instead; return JSON values (no NUL characters, valid UTF-8) from tools",
             name,
             key,
             ctx.thread_id,
-            exc,
+            exc.__cause__ or exc,
         )
-        text = f"tool {name!r} returned a value that cannot be stored as JSON: {exc.__cause__ or exc}"
-        return _error(execution.call, key, text)
+        text = f"tool {name!r} returned a value that cannot be stored: {exc.__cause__ or exc}"
+        return await _record(_error(execution.call, key, text), key, ctx)  # storable: recorded, never re-run
     except Exception as exc:
         log.error(
             "tool %r completed but its result was not recorded in the ledger (key %r, thread %r): %s: %s. "
@@ -463,7 +480,16 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
     if not calls:
         return []
     crash_point("tool.before_ledger_read")
-    keys = [ledger_key(message.message_id, call.id) for call in calls]
+    keys = call_keys(message)
+    repeated = sorted({str(c.id) for c, k in zip(calls, keys, strict=True) if k is not None and "#" in k})
+    if repeated:
+        log.warning(
+            "assistant message %r repeats tool_call_id(s) %s: each call runs and is recorded on its own (keys "
+            "suffixed #2, #3...), and each result keeps the id the model gave (thread %r)",
+            message.message_id,
+            ", ".join(repeated),
+            ctx.thread_id,
+        )
     for call, key in zip(calls, keys, strict=True):
         if key is None:
             log.warning(
