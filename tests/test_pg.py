@@ -8,6 +8,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -23,7 +24,7 @@ from examples.support_refund.agent import build_support_agent
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected
-from tenxgraph.errors import ConfigError, RunLockLostError, StaleStateError, ThreadBusyError
+from tenxgraph.errors import ConfigError, RunLockLostError, StaleStateError, StorageConnectionError, ThreadBusyError
 from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 from tenxgraph.utils.sync import run_sync
 from tests.test_crashpoints import effects, run_child
@@ -431,3 +432,53 @@ def test_the_old_lock_key_did_collide(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn) as conn:
         a, b = conn.execute("SELECT hashtext('order-3687'), hashtext('order-118181')").fetchone()  # type: ignore[misc]
     assert a == b
+
+
+def test_a_role_the_server_refuses_fails_at_once_with_the_servers_reason(pg_dsn: str, pg_schema: str) -> None:
+    """Before: PoolTimeout after 30 s, the cause only in pool warnings."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    bad = make_conninfo(**{**conninfo_to_dict(pg_dsn), "user": "nobody_at_all"})
+    cp = PgCheckpointer(postgres_dsn=bad, schema=pg_schema)
+    started = time.monotonic()
+    with pytest.raises(StorageConnectionError, match=r'role "nobody_at_all" does not exist.*not retried'):
+        cp.get_thread("t")
+    assert time.monotonic() - started < 5
+
+
+def test_an_unreachable_server_fails_within_the_retry_budget_it_names() -> None:
+    cp = PgCheckpointer(postgres_dsn="postgresql://postgres@127.0.0.1:1/test", retries=1, connect_timeout=1)
+    started = time.monotonic()
+    with pytest.raises(StorageConnectionError, match=r"in 2 attempts \(connect_timeout=1s, retries=1\)"):
+        cp.get_thread("t")
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"postgres_dsn": "host=localhost port", "redis_url": None}, "postgres_dsn is not a valid connection"),
+        ({"postgres_dsn": "postgresql://localhost/db", "redis_url": "htp://nope"}, "is not a Redis URL"),
+        ({"postgres_dsn": "postgresql://localhost/db", "retries": -1}, "retries must be"),
+        ({"postgres_dsn": "postgresql://localhost/db", "connect_timeout": 0}, "connect_timeout must be"),
+    ],
+)
+def test_malformed_settings_are_rejected_at_construction(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        PgCheckpointer(**kwargs)
+
+
+def test_only_transient_errors_are_retried() -> None:
+    from psycopg import errors
+    from psycopg_pool import PoolTimeout
+
+    from tenxgraph.storage.checkpointer.pg_connect import is_transient
+
+    assert is_transient(psycopg.OperationalError("connection refused"))  # no SQLSTATE: the network
+    assert is_transient(errors.AdminShutdown()) and is_transient(errors.SerializationFailure())
+    assert is_transient(PoolTimeout())
+    assert not is_transient(errors.ProgramLimitExceeded())  # an index row too large fails the same way again
+    assert not is_transient(errors.InvalidAuthorizationSpecification())
+    assert not is_transient(psycopg.DataError())
+    assert not is_transient(psycopg.OperationalError('connection failed: FATAL:  role "x" does not exist'))
+    assert is_transient(psycopg.OperationalError("connection failed: FATAL:  the database system is starting up"))

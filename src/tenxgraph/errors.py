@@ -86,6 +86,10 @@ class RunLockLostError(StaleStateError):
         )
 
 
+class StorageConnectionError(TenxGraphError, ConnectionError):
+    """The database could not be reached, or refused us, within the retry budget; the message has its reason."""
+
+
 class SerializationError(TenxGraphError, TypeError):
     """A value that must be stored is not JSON-serialisable."""
 

@@ -27,7 +27,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tenxgraph.core.state.messages import JSON, Message, dumps
-from tenxgraph.errors import ConfigError, RunLockLostError, StaleStateError, ThreadBusyError
+from tenxgraph.errors import (
+    ConfigError,
+    RunLockLostError,
+    StaleStateError,
+    StorageConnectionError,
+    ThreadBusyError,
+)
 from tenxgraph.storage.checkpointer.base import (
     RESUMABLE_STATUSES,
     BaseCheckpointer,
@@ -42,7 +48,9 @@ _EXTRA_HINT = 'PgCheckpointer needs the pg_checkpoint extra: pip install "10xgra
 try:
     import psycopg
     from psycopg import sql
-    from psycopg_pool import AsyncConnectionPool
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+    from tenxgraph.storage.checkpointer import pg_connect
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(f"{_EXTRA_HINT} ({exc})") from exc
 
@@ -118,12 +126,21 @@ class PgCheckpointer(BaseCheckpointer):
         cache_ttl: int = 3600,
         max_pool_size: int = 10,
         retries: int = 3,
+        connect_timeout: float = 5.0,
         auto_setup: bool = True,
     ) -> None:
         if (postgres_dsn is None) == (pool is None):
             raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pool=")
         if redis_url is not None and redis is not None:
             raise ConfigError("pass redis_url= or redis=, not both")
+        if postgres_dsn is not None:
+            pg_connect.check_dsn(postgres_dsn)
+        if redis_url is not None:
+            pg_connect.check_redis_url(redis_url)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ConfigError(f"retries must be a whole number >= 0, got {retries!r}")
+        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, int | float) or connect_timeout <= 0:
+            raise ConfigError(f"connect_timeout must be a number of seconds > 0, got {connect_timeout!r}")
         if isinstance(cache_ttl, bool) or not isinstance(cache_ttl, int) or cache_ttl < 0:
             raise ConfigError(f"cache_ttl must be a whole number of seconds >= 0 (0 = no expiry), got {cache_ttl!r}")
         self.schema = validate_identifier(schema)
@@ -132,6 +149,7 @@ class PgCheckpointer(BaseCheckpointer):
         self.cache_ttl = cache_ttl
         self.max_pool_size = max_pool_size
         self.retries = retries
+        self.connect_timeout = float(connect_timeout)
         self.auto_setup = auto_setup
         self._user_pool = pool
         self._user_redis = redis
@@ -178,15 +196,18 @@ class PgCheckpointer(BaseCheckpointer):
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
             if self._pool is None:
+                assert self.postgres_dsn is not None
+                await pg_connect.probe(self.postgres_dsn, self.connect_timeout, self.retries)  # fail fast, with why
                 self._pool = AsyncConnectionPool(
                     self.postgres_dsn or "",
                     min_size=1,
                     max_size=self.max_pool_size,
                     open=False,
                     kwargs={"autocommit": True},
+                    timeout=self.connect_timeout,
                     name=f"tenxgraph-{self.schema}",
                 )
-                await self._pool.open(wait=True, timeout=30)
+                await self._pool.open(wait=True, timeout=self.connect_timeout)
             self._loop = loop
             if self.auto_setup and not self._ready:
                 await self._setup(self._pool)
@@ -194,15 +215,21 @@ class PgCheckpointer(BaseCheckpointer):
         return self._pool
 
     async def _retrying(self, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """Run *op* on a pooled connection; retry transient failures only (see :mod:`.pg_connect`)."""
         pool = await self._ensure_open()
-        delay = 0.05
+        delay = pg_connect.BACKOFF_START
         for attempt in range(self.retries + 1):
             try:
-                async with pool.connection() as conn:
+                async with pool.connection(timeout=self.connect_timeout) as conn:
                     return await op(conn)
-            except psycopg.OperationalError as exc:
-                if attempt == self.retries:
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                if not pg_connect.is_transient(exc):
                     raise
+                if attempt == self.retries:
+                    raise StorageConnectionError(
+                        f"PostgreSQL {what} failed {self.retries + 1} times (connect_timeout="
+                        f"{self.connect_timeout:g}s, retries={self.retries}): {type(exc).__name__}: {exc}"
+                    ) from exc
                 log.warning(
                     "PostgreSQL %s failed (%s: %s); retrying in %.2fs (attempt %d of %d)",
                     what,
@@ -213,7 +240,7 @@ class PgCheckpointer(BaseCheckpointer):
                     self.retries,
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 4, 1.0)
+                delay = min(delay * pg_connect.BACKOFF_FACTOR, pg_connect.BACKOFF_MAX)
         raise AssertionError("unreachable")
 
     async def asetup(self) -> None:
@@ -230,7 +257,7 @@ class PgCheckpointer(BaseCheckpointer):
     async def _setup(self, pool: AsyncConnectionPool) -> None:
         schema = sql.Identifier(self.schema)
         lock_key = f"tenxgraph-schema:{self.schema}"
-        async with pool.connection() as conn, conn.transaction():
+        async with pool.connection(timeout=self.connect_timeout) as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock_key,))
             await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
             await conn.execute(
@@ -490,7 +517,7 @@ class PgCheckpointer(BaseCheckpointer):
         check_thread_id(thread_id)
         pool = await self._ensure_open()
         key = self.run_lock_key(thread_id)
-        async with pool.connection() as conn:
+        async with pool.connection(timeout=self.connect_timeout) as conn:
             cur = await conn.execute(self._q["try_lock"], (key,))
             row = await cur.fetchone()
             if not row or not row[0]:
@@ -522,7 +549,7 @@ class PgCheckpointer(BaseCheckpointer):
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection (for tests and maintenance)."""
         pool = await self._ensure_open()
-        async with pool.connection() as conn:
+        async with pool.connection(timeout=self.connect_timeout) as conn:
             yield conn
 
 
