@@ -159,3 +159,21 @@ def test_env_arming_is_read_at_import(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "4"
     assert tenxgraph.__version__
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("bogus", "unknown crash point 'bogus'; known points: ledger.read_error"),
+        ("run.before_node:x", "hit 'x' is not a whole number"),
+        ("run.before_node:1:explode", "unknown action 'explode'"),
+    ],
+)
+def test_a_bad_crash_spec_in_the_environment_is_a_clear_error_at_import(spec: str, message: str) -> None:
+    """Before: a raw KeyError at `import tenxgraph`."""
+    env = {**os.environ, crashpoints.ENV_CRASH_AT: spec}
+    proc = subprocess.run([sys.executable, "-c", "import tenxgraph"], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("tenxgraph.errors.ConfigError: TENXGRAPH_CRASH_AT=") and message in last
+    assert "unset TENXGRAPH_CRASH_AT to run without fault injection" in last

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -82,3 +83,40 @@ def test_react_agent_loops_until_no_tool_is_asked_and_passes_system_prompt() -> 
     ]
     assert seen[0] == ["system", "system", "user"]  # system prompt shown, not stored
     assert all(m.role != "system" for m in result.messages)
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "You are a support agent for an online shop.",
+        ["You are a support agent for an online shop."],
+        [{"role": "system", "content": "You are a support agent for an online shop."}],
+    ],
+    ids=["string", "list-of-strings", "list-of-role-dicts"],
+)
+def test_every_documented_system_prompt_form_reaches_the_model(prompt: Any) -> None:
+    """The seed's list-of-dicts form was accepted, then the first model call raised a TypeError."""
+    seen: list[str] = []
+
+    class Recorder(ScriptedModel):
+        async def agenerate(self, messages: Any, tools: Any) -> Message:
+            seen.extend(m.text for m in messages if m.role == "system")
+            return await super().agenerate(messages, tools)
+
+    app = ReactAgent(Recorder(["hello"]), system_prompt=prompt).compile()
+    assert app.invoke({"messages": ["hi"]}, {"thread_id": "t"}).final_text == "hello"
+    assert seen == ["You are a support agent for an online shop."]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [
+        ([{"role": "user", "content": "x"}], r"system_prompt\[0\] is"),
+        ([{"role": "system", "content": "x", "name": "y"}], "use only 'role' and 'content'"),
+        ([42], r"system_prompt\[0\] is 42"),
+        (42, "must be a string or a list"),
+    ],
+)
+def test_other_system_prompt_forms_are_rejected_at_construction(prompt: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ReactAgent(ScriptedModel(["x"]), system_prompt=prompt)

@@ -274,12 +274,29 @@ def parse_crash_spec(spec: str) -> tuple[str, int, str | None]:
 
 
 def arm_from_env() -> bool:
-    """Arm the point named by ``TENXGRAPH_CRASH_AT`` (default action for it there: ``kill``). True if armed."""
+    """Arm the point named by ``TENXGRAPH_CRASH_AT`` (default action for it there: ``kill``). True if armed.
+
+    A bad value is a :class:`~tenxgraph.errors.ConfigError` naming the variable and the known points: fault
+    injection is never half-armed by a typo. Production never sets the variable; then nothing is armed and every
+    crash point costs one global check."""
+    from tenxgraph.errors import ConfigError
+
     spec = os.environ.get(ENV_CRASH_AT)
     if not spec:
         return False
-    name, hit, action = parse_crash_spec(spec)
+    unset = f"unset {ENV_CRASH_AT} to run without fault injection"
+    try:
+        name, hit, action = parse_crash_spec(spec)
+    except ValueError as exc:
+        raise ConfigError(f"{exc}; {unset}") from None
+    list_crash_points()
+    if name not in _registry:
+        known = ", ".join(sorted(_registry))
+        raise ConfigError(
+            f"{ENV_CRASH_AT}={spec!r}: unknown crash point {name!r}; known points: {known} (tool.in_flight exists "
+            f"only under pytest-replaysafe's effects fixture); {unset}"
+        )
     if action is None:
-        action = "fault" if get_crash_point(name).kind == "fault" else "kill"
+        action = "fault" if _registry[name].kind == "fault" else "kill"
     arm(name, hit, action)  # type: ignore[arg-type]
     return True

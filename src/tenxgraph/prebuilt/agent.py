@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from tenxgraph.core.graph.compiled import CompiledGraph
@@ -11,7 +11,7 @@ from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.core.graph.tools import Tool
 from tenxgraph.core.state.messages import Message
 from tenxgraph.core.state.state import AgentState
-from tenxgraph.errors import TenxGraphError
+from tenxgraph.errors import ConfigError, TenxGraphError
 from tenxgraph.models.base import ChatModel
 from tenxgraph.models.registry import resolve_model
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
@@ -22,19 +22,46 @@ MAIN = "MAIN"
 TOOL = "TOOL"
 
 
+def system_prompt_texts(system_prompt: object) -> list[str]:
+    """The texts of a system prompt given as a string, a list of strings, or a list of role/content dicts; a
+    :class:`ConfigError` naming the item otherwise (the first model call used to fail with a TypeError)."""
+    if isinstance(system_prompt, str):
+        return [system_prompt]
+    if not isinstance(system_prompt, Sequence):
+        raise ConfigError(f"system_prompt must be a string or a list, got {type(system_prompt).__name__}")
+    texts = []
+    for i, item in enumerate(system_prompt):
+        if isinstance(item, str):
+            texts.append(item)
+        elif (
+            isinstance(item, Mapping)
+            and item.get("role", "system") == "system"
+            and isinstance(item.get("content"), str)
+        ):
+            if set(item) - {"role", "content"}:
+                raise ConfigError(f"system_prompt[{i}] has keys {sorted(item)}; use only 'role' and 'content'")
+            texts.append(item["content"])
+        else:
+            raise ConfigError(
+                f"system_prompt[{i}] is {item!r}; give a string or {{'role': 'system', 'content': '...'}}"
+            )
+    return texts
+
+
 class ReactAgent(Generic[S]):
     def __init__(
         self,
         model: str | ChatModel,
         provider: str | None = None,
-        system_prompt: str | Sequence[str] = (),
+        system_prompt: str | Sequence[str | Mapping[str, str]] = (),
         tools: Sequence[Callable[..., Any] | Tool] = (),
         state_schema: type[S] = AgentState,  # type: ignore[assignment]
         model_options: dict[str, Any] | None = None,
     ) -> None:
-        """``model_options`` go to the provider (e.g. ``{"base_url": ..., "api_key": ...}``)."""
+        """``system_prompt``: a string, a list of strings, or a list of ``{"role": "system", "content": "..."}``
+        dicts. ``model_options`` go to the provider (e.g. ``{"base_url": ..., "api_key": ...}``)."""
+        prompts = system_prompt_texts(system_prompt)  # checked before the model is resolved: the clearer error
         self.model = resolve_model(model, provider, **(model_options or {}))
-        prompts = [system_prompt] if isinstance(system_prompt, str) else list(system_prompt)
         self.system_messages = [Message.system(p, message_id=f"system_{i}") for i, p in enumerate(prompts)]
         self.tool_node = ToolNode(tools)
         self.state_schema = state_schema
