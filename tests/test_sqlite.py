@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 from pathlib import Path
 
@@ -98,3 +99,18 @@ def test_a_newer_file_is_refused(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(ConfigError, match="newer than this 10xgraph"):
         SqliteCheckpointer(path).get_thread("t")
+
+
+def test_a_database_in_a_missing_folder_is_an_error_unless_asked_to_create_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, a mistyped folder was created silently and the run used a new, empty database."""
+    path = tmp_path / "no-such-folder" / "agent.db"
+    with pytest.raises(ConfigError, match=r"does not exist.*create_dirs=True"):
+        SqliteCheckpointer(path)
+    assert not path.parent.exists()
+    with caplog.at_level(logging.INFO, logger="tenxgraph"):
+        cp = SqliteCheckpointer(path, create_dirs=True)
+    assert path.parent.is_dir() and "created folder" in caplog.text
+    cp.put_thread("t", {}, expected_version=0)
+    cp.close()

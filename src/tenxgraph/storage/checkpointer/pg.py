@@ -243,6 +243,22 @@ class PgCheckpointer(BaseCheckpointer):
                 delay = min(delay * pg_connect.BACKOFF_FACTOR, pg_connect.BACKOFF_MAX)
         raise AssertionError("unreachable")
 
+    async def _on_thread(
+        self, thread_id: str, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
+    ) -> T:
+        """Run *op* for *thread_id*: on the connection holding the thread's run lock when this process holds it
+        (never retried elsewhere: if that connection is gone, so is the lock, and the run must stop), else on
+        the pool with retries."""
+        conn = self._lock_conns.get(thread_id)
+        if conn is None:
+            return await self._retrying(what, op)
+        try:
+            return await op(conn)
+        except psycopg.OperationalError as exc:
+            if conn.broken or conn.closed:
+                raise RunLockLostError(thread_id, f"its PostgreSQL connection failed during the {what}: {exc}") from exc
+            raise
+
     async def asetup(self) -> None:
         """Create or migrate the schema. Idempotent; safe to call from several processes at once."""
         await self._ensure_open()
@@ -288,7 +304,7 @@ class PgCheckpointer(BaseCheckpointer):
             row = await cur.fetchone()
             return None if row is None else ThreadSnapshot(thread_id, row[1], int(row[0]))
 
-        return await self._retrying("state read", op)
+        return await self._on_thread(thread_id, "state read", op)
 
     async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
         """The thread's state from PostgreSQL, the source of truth (the run loop resumes from this)."""
@@ -343,7 +359,7 @@ class PgCheckpointer(BaseCheckpointer):
                 return actual  # the attempt that lost its connection had committed: this write is ours
             raise StaleStateError(thread_id, expected_version, actual)
 
-        version = await self._retrying("state write", op)
+        version = await self._on_thread(thread_id, "state write", op)
         if self.has_cache:
             self._cache_in_background(thread_id, version, text)
         return version
@@ -356,7 +372,7 @@ class PgCheckpointer(BaseCheckpointer):
             cur = await conn.execute(self._q["list_messages"], (thread_id,))
             return [Message.from_dict(row[0]) for row in await cur.fetchall()]
 
-        return await self._retrying("message read", op)
+        return await self._on_thread(thread_id, "message read", op)
 
     async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
         check_thread_id(thread_id)
@@ -379,7 +395,7 @@ class PgCheckpointer(BaseCheckpointer):
             cur = await conn.execute(self._q["get_results"], (thread_id, list(keys)))
             return {row[0]: row[1] for row in await cur.fetchall()}
 
-        return await self._retrying("ledger read", op)
+        return await self._on_thread(thread_id, "ledger read", op)  # the fence for the tools about to run
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         return await self._put_ledger("put_result", thread_id, key, dumps(record, f"ledger record {key!r}"))
@@ -513,7 +529,7 @@ class PgCheckpointer(BaseCheckpointer):
     async def arun_lock(self, thread_id: str) -> AsyncIterator[None]:
         """A session advisory lock on a connection held for the run: PostgreSQL releases it when the holder's
         connection dies (a killed worker), so recovery never waits for a lease. Two statements per run, no
-        commit. :meth:`acheck_run_lock` tells the run whether the connection, and so the lock, is still there."""
+        commit. While it is held, the thread's state and ledger reads and state writes use this same connection."""
         check_thread_id(thread_id)
         pool = await self._ensure_open()
         key = self.run_lock_key(thread_id)
@@ -535,15 +551,12 @@ class PgCheckpointer(BaseCheckpointer):
                     )
 
     async def acheck_run_lock(self, thread_id: str) -> None:
-        """One round trip on the lock's own connection: if it was dropped (a failover, an idle-session killer),
-        the session lock went with it and another run may hold the thread now."""
+        """No round trip: a run's state reads and writes and its ledger reads go through the lock's own connection
+        (:meth:`_on_thread`), so a dropped connection, and with it the lock, fails the run's next statement. This
+        only reports a connection already known to be gone."""
         conn = self._lock_conns.get(thread_id)
-        if conn is None:
-            return
-        try:
-            await conn.execute("SELECT 1")
-        except psycopg.Error as exc:
-            raise RunLockLostError(thread_id, f"its PostgreSQL connection failed: {type(exc).__name__}: {exc}") from exc
+        if conn is not None and (conn.broken or conn.closed):
+            raise RunLockLostError(thread_id, "its PostgreSQL connection was closed")
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

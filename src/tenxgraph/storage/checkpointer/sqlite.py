@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import sqlite3
 import threading
@@ -32,6 +33,7 @@ from tenxgraph.storage.checkpointer.base import (
     decode_record,
     encode_messages,
 )
+from tenxgraph.utils.constants import LOGGER_NAME
 
 SCHEMA_VERSION = 2
 _SCHEMA = """
@@ -74,17 +76,31 @@ DELETE FROM tool_executions WHERE rowid IN (
 """  # keys per IN (...) list, well under SQLite's variable limit
 
 
+log = logging.getLogger(LOGGER_NAME)
+
+
 class SqliteCheckpointer(BaseCheckpointer):
     backend_name = "sqlite"
     durable = True
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0, create_dirs: bool = False) -> None:
+        """``create_dirs``: create the database's folder if it is missing (logged). Off by default, so a mistyped
+        path is an error here instead of a new, empty database somewhere else."""
         if str(path) in ("", ":memory:"):
             raise ConfigError(
                 "SqliteCheckpointer needs a file path (a ':memory:' database is not durable); "
                 "use InMemoryCheckpointer for an in-process store"
             )
         self.path = Path(path)
+        folder = self.path.absolute().parent
+        if not folder.is_dir():
+            if not create_dirs:
+                raise ConfigError(
+                    f"the folder of SQLite database {str(self.path)!r} does not exist ({folder}); check the path, "
+                    "create the folder, or pass create_dirs=True"
+                )
+            folder.mkdir(parents=True, exist_ok=True)
+            log.info("created folder %s for SQLite database %s", folder, self.path.name)
         self.timeout = timeout
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
@@ -99,7 +115,6 @@ class SqliteCheckpointer(BaseCheckpointer):
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
         # First use, or a forked child: never use the parent's connection (its locks belong to the parent).
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")

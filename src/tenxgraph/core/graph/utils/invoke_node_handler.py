@@ -35,7 +35,7 @@ from tenxgraph.core.crashpoints import crash_point, declare
 from tenxgraph.core.graph.context import RunContext
 from tenxgraph.core.graph.tools import Tool, ToolArgumentError, ToolOutput
 from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock
-from tenxgraph.errors import SerializationError, ToolTimeoutError
+from tenxgraph.errors import RunLockLostError, SerializationError, ToolTimeoutError
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.sync import to_thread
 
@@ -444,6 +444,8 @@ async def _read_ledger(keys: list[str], calls: dict[str, ToolCallBlock], ctx: Ru
     try:
         crash_point("ledger.read_error")
         return await ctx.checkpointer.aget_tool_results(ctx.thread_id, keys)
+    except RunLockLostError:
+        raise  # not a failed read: the thread is another run's now, and no tool may run
     except Exception as exc:
         for key in keys:
             log.warning(
