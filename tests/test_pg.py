@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -59,7 +60,7 @@ def test_missing_driver_names_the_extra() -> None:
     code = "import sys; sys.modules['psycopg'] = None\nfrom tenxgraph.storage.checkpointer import PgCheckpointer"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode != 0
-    assert 'pip install "10xgraph[pg_checkpoint]"' in out.stderr
+    assert 'pip install "10xgraph[pg-checkpoint]"' in out.stderr
 
 
 def test_setup_is_idempotent_and_safe_concurrently(pg_dsn: str, pg_schema: str) -> None:
@@ -482,3 +483,24 @@ def test_only_transient_errors_are_retried() -> None:
     assert not is_transient(psycopg.DataError())
     assert not is_transient(psycopg.OperationalError('connection failed: FATAL:  role "x" does not exist'))
     assert is_transient(psycopg.OperationalError("connection failed: FATAL:  the database system is starting up"))
+
+
+def test_a_missing_driver_is_reported_as_a_driver_not_a_server_that_is_down() -> None:
+    """Before: 'postgresql://... did not answer: ModuleNotFoundError: No module named psycopg'."""
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"
+        "from pytest_replaysafe import services\n"
+        "print(services.start_postgres().reason)"
+    )
+    env = {**os.environ, "REPLAYSAFE_PG_DSN": "postgresql://postgres@127.0.0.1:5432/test"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert "driver is not installed (psycopg)" in out and 'pip install "10xgraph[pg-checkpoint]"' in out
+    assert "did not answer" not in out
+
+
+def test_the_ci_extra_brings_the_plugins_drivers_and_xdist() -> None:
+    from importlib.metadata import requires
+
+    ci = [r for r in requires("10xgraph") or [] if r.replace('"', "'").endswith("extra == 'ci'")]
+    assert any(r.startswith("pytest-xdist") for r in ci) and any(r.startswith("pytest>") for r in ci)
+    assert any("pg-checkpoint" in r or "psycopg" in r for r in ci)

@@ -21,6 +21,11 @@ ENV_REDIS = "REPLAYSAFE_REDIS_URL"
 ENV_REQUIRE = "REPLAYSAFE_REQUIRE_SERVICES"
 
 
+#: ``pg-checkpoint`` (not ``pg_checkpoint``): the spelling every pip resolves; pip 23.2, which Python 3.11 ships,
+#: does not normalise a requested extra and answers "does not provide the extra 'pg_checkpoint'".
+DRIVER_HINT = 'pip install "10xgraph[pg-checkpoint]"'
+
+
 def services_required() -> bool:
     return os.environ.get(ENV_REQUIRE, "").strip().lower() in {"1", "true", "yes"}
 
@@ -95,6 +100,9 @@ def _checked(service: Service, ping: Callable[[str], None]) -> Service:
     assert service.address is not None
     try:
         ping(service.address)
+    except ImportError as exc:  # a missing driver is not a server that is down
+        service.stop()
+        return Service(None, f"its driver is not installed ({exc.name or exc}): {DRIVER_HINT}")
     except Exception as exc:
         service.stop()
         return Service(None, f"{service.address} did not answer: {type(exc).__name__}: {exc}")

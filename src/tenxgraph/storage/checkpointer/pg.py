@@ -44,7 +44,8 @@ from tenxgraph.storage.checkpointer.base import (
 )
 from tenxgraph.utils.constants import LOGGER_NAME
 
-_EXTRA_HINT = 'PgCheckpointer needs the pg_checkpoint extra: pip install "10xgraph[pg_checkpoint]"'
+# The hyphenated spelling works with every pip; pip 23.2 (Python 3.11's) ignores "[pg_checkpoint]" with a warning.
+_EXTRA_HINT = 'PgCheckpointer needs the pg-checkpoint extra: pip install "10xgraph[pg-checkpoint]"'
 try:
     import psycopg
     from psycopg import sql
@@ -473,7 +474,7 @@ class PgCheckpointer(BaseCheckpointer):
             try:
                 import redis.asyncio as aioredis
             except ImportError as exc:
-                raise ImportError(f"the Redis cache needs the pg_checkpoint extra: {_EXTRA_HINT} ({exc})") from exc
+                raise ImportError(f"the Redis cache needs redis-py. {_EXTRA_HINT} ({exc})") from exc
             self._redis = aioredis.from_url(
                 self.redis_url or "", socket_connect_timeout=0.5, socket_timeout=0.5, health_check_interval=30
             )
