@@ -1,7 +1,9 @@
-"""Every Python code block of the README and docs/ runs.
+"""Every Python code block of the README and docs/ runs, twice in a row in the same folder (a reader runs an
+example again).
 
 ```python blocks are executed as scripts; ```python test blocks are run as a pytest file with the plugin (with
-the crash matrix on), and must pass. A block using DATABASE_URL gets the test PostgreSQL (and REDIS_URL).
+the crash matrix on), and must pass; a ```python conftest block is the conftest.py of the next test block. A
+block using DATABASE_URL gets the test PostgreSQL (and REDIS_URL).
 """
 
 from __future__ import annotations
@@ -14,16 +16,24 @@ import pytest
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[1]
-FENCE = re.compile(r"^```python( test)?\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^```python( test| conftest)?\n(.*?)^```", re.S | re.M)
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def blocks(kind: str) -> list[pytest.param]:  # type: ignore[valid-type]
+    """``script`` blocks as ``(code,)``; ``test`` blocks as ``(code, conftest)`` (the preceding conftest block)."""
     found = []
     for doc in DOCS:
+        conftest = ""
         for i, match in enumerate(FENCE.finditer(doc.read_text())):
-            if (match.group(1) == " test") == (kind == "test"):
-                found.append(pytest.param(match.group(2), id=f"{doc.name}-{i + 1}"))
+            label, code = match.group(1), match.group(2)
+            if label == " conftest":
+                conftest = code
+            elif label == " test" and kind == "test":
+                found.append(pytest.param(code, conftest, id=f"{doc.name}-{i + 1}"))
+                conftest = ""
+            elif label is None and kind == "script":
+                found.append(pytest.param(code, id=f"{doc.name}-{i + 1}"))
     return found
 
 
@@ -39,18 +49,20 @@ def test_script_block_runs(
         monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("pg_dsn"))
         monkeypatch.setenv("REDIS_URL", request.getfixturevalue("redis_url"))
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "<doc block>", "exec"), {"__name__": "__doc_block__"})
+    for _ in range(2):
+        exec(compile(code, "<doc block>", "exec"), {"__name__": "__doc_block__"})
 
 
-@pytest.mark.parametrize("code", blocks("test"))
-def test_test_block_passes(code: str, pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize(("code", "conftest"), blocks("test"))
+def test_test_block_passes(code: str, conftest: str, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_doc_block=code)
     args = ["-p", "no:cacheprovider", "--crash-matrix", "-q"]
-    if "def pytest_" in code:  # hooks only count in a conftest: the block says so
-        pytester.makeconftest(code)
+    if conftest:  # hooks only count in a conftest: the docs show it as a file of its own
+        pytester.makeconftest(conftest)
     elif "crash_matrix" in code:
         args.append("--crash-backends=memory,sqlite")
-    result = pytester.runpytest_subprocess(*args)
-    outcomes = result.parseoutcomes()
-    assert result.ret == 0, result.stdout.str()
-    assert outcomes.get("passed", 0) >= 1 and not outcomes.get("failed")
+    for _ in range(2):
+        result = pytester.runpytest_subprocess(*args)
+        outcomes = result.parseoutcomes()
+        assert result.ret == 0, result.stdout.str()
+        assert outcomes.get("passed", 0) >= 1 and not outcomes.get("failed")
