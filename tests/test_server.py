@@ -164,5 +164,15 @@ def test_kill_9_server_mid_run_then_restart_finishes_with_one_refund(
         restarted.terminate()
         restarted.wait(timeout=30)
     assert body["final_text"] == "Refunded 20.00 EUR on order 1042." and body["status"] == "done"
+    # the restarted server says what it did, one JSON line per event
+    assert restarted.stdout is not None
+    events = [json.loads(line) for line in restarted.stdout.read().decode().splitlines() if line.startswith("{")]
+    by_name = {e.get("event"): e for e in events}
+    assert {"server_listen", "server_start", "request", "run_resumed", "tool_replayed", "run"} <= set(by_name)
+    assert by_name["run_resumed"]["thread_id"] == "ticket-1042" and by_name["run_resumed"]["node"] == "TOOL"
+    assert by_name["tool_replayed"]["tool"] == "refund_order"
+    posts = [e for e in events if e.get("event") == "request" and e["method"] == "POST"]
+    assert posts and posts[0]["status"] == 200 and posts[0]["thread_id"] == "ticket-1042"
+    assert all(e["level"] in ("INFO", "WARNING") and "ts" in e for e in events)
     assert effects.read_text().splitlines() == ["1042 20.0"]  # refund_order ran once
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]

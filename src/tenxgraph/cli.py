@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from typing import Any
 
 from tenxgraph.core.graph.compiled import CompiledGraph
+from tenxgraph.utils.events import emit_event, log_json_lines
 
 
 def load_graph(target: str) -> CompiledGraph[Any]:
@@ -41,6 +43,13 @@ def main(argv: list[str] | None = None) -> None:
         help="seconds a run waits for a thread held by another run before answering 409 (default 5)",
     )
     serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="level of the JSON log lines on stderr: start-up, every request, resumed runs, replayed calls "
+        "(default info)",
+    )
+    serve.add_argument(
         "--token-env",
         default="TENXGRAPH_API_TOKEN",
         help="environment variable holding the bearer token (unset: no auth)",
@@ -52,9 +61,11 @@ def main(argv: list[str] | None = None) -> None:
         from tenxgraph.server import create_app
     except ImportError as exc:
         raise SystemExit(f'tenxgraph serve needs the server extra: pip install "10xgraph[server]" ({exc})') from exc
+    log_json_lines(args.log_level.upper())
     app = create_app(
         load_graph(args.target), token=os.environ.get(args.token_env) or None, lock_timeout=args.lock_timeout
     )
+    emit_event("server_listen", logging.INFO, host=args.host, port=args.port, target=args.target)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

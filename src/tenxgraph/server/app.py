@@ -5,7 +5,9 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 try:
@@ -21,6 +23,7 @@ from tenxgraph.core.graph.config import KNOWN_KEYS
 from tenxgraph.core.state.messages import Message, TextBlock, new_id
 from tenxgraph.errors import ConfigError, GraphBuildError, SerializationError, ThreadBusyError
 from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.events import emit_event
 
 log = logging.getLogger(f"{LOGGER_NAME}.server")
 RUN_FIELDS = ("messages", "config")
@@ -90,8 +93,22 @@ def create_app(graph: CompiledGraph[Any], *, token: str | None = None, lock_time
     A run waits up to *lock_timeout* seconds for the thread's run lock (a request's ``config.lock_timeout`` wins):
     a client retrying right after a crashed server must not get 409 while the database frees the dead lock."""
 
-    def guarded(handler: Handler) -> Handler:
+    def guarded(handler: Handler, auth: bool = True) -> Handler:
         async def check(request: Request) -> JSONResponse:
+            started = time.perf_counter()
+            response = await authorized(request) if auth else await handler(request)
+            emit_event(
+                "request",
+                logging.INFO,
+                method=request.method,
+                path=request.url.path,
+                status=response.status_code,
+                ms=round((time.perf_counter() - started) * 1000, 2),
+                thread_id=request.path_params.get("thread_id"),
+            )
+            return response
+
+        async def authorized(request: Request) -> JSONResponse:
             if token is not None:
                 given = request.headers.get("authorization", "")
                 if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
@@ -114,6 +131,7 @@ def create_app(graph: CompiledGraph[Any], *, token: str | None = None, lock_time
         except Exception as exc:
             log.exception("run of thread %r failed", thread_id)
             return error(500, f"{type(exc).__name__}: {exc}", thread_id=thread_id, resumable=True)
+        emit_event("run", logging.INFO, thread_id=thread_id, status=result.status, version=result.version)
         body = _state_json(thread_id, result.state.values_dict(), result.messages, result.version)
         body["final_text"] = result.final_text
         return JSONResponse(body)
@@ -129,10 +147,23 @@ def create_app(graph: CompiledGraph[Any], *, token: str | None = None, lock_time
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        emit_event(
+            "server_start",
+            logging.INFO,
+            checkpointer=repr(graph.checkpointer),
+            auth=token is not None,
+            lock_timeout=lock_timeout,
+        )
+        yield
+        emit_event("server_stop", logging.INFO)
+
     return Starlette(
         routes=[
             Route("/threads/{thread_id}/runs", guarded(run), methods=["POST"]),
             Route("/threads/{thread_id}/state", guarded(state), methods=["GET"]),
-            Route("/healthz", healthz, methods=["GET"]),
-        ]
+            Route("/healthz", guarded(healthz, auth=False), methods=["GET"]),
+        ],
+        lifespan=lifespan,
     )

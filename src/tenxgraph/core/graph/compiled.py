@@ -29,6 +29,7 @@ from tenxgraph.errors import ConfigError, GraphBuildError, GraphRecursionError, 
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, hold_run_lock
 from tenxgraph.storage.checkpointer.memory import InMemoryCheckpointer
 from tenxgraph.utils.constants import END, LOGGER_NAME
+from tenxgraph.utils.events import emit_event
 from tenxgraph.utils.sync import run_sync, to_thread
 
 if TYPE_CHECKING:
@@ -199,7 +200,7 @@ class CompiledGraph(Generic[S]):
 
             meta = state.meta
             if meta.status in ("running", "error") and meta.current_node not in (None, END):
-                log.info("thread %r: resuming the interrupted run at node %r", tid, meta.current_node)
+                emit_event("run_resumed", logging.INFO, thread_id=tid, node=meta.current_node, status=meta.status)
                 async for event in run.loop():
                     yield event
             fresh = [m for m in new_messages if m.message_id not in run.seen]

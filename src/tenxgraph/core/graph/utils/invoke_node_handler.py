@@ -25,7 +25,6 @@ import asyncio
 import contextvars
 import hashlib
 import inspect
-import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -37,10 +36,10 @@ from tenxgraph.core.graph.tools import Tool, ToolArgumentError, ToolOutput
 from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock
 from tenxgraph.errors import RunLockLostError, SerializationError, ToolTimeoutError
 from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.events import emit_event
 from tenxgraph.utils.sync import to_thread
 
 log = logging.getLogger(LOGGER_NAME)
-events_log = logging.getLogger(f"{LOGGER_NAME}.events")
 
 RECORD_VERSION = 1
 
@@ -360,12 +359,6 @@ async def _write_intent(call: ToolCallBlock, key: str, ctx: RunContext) -> None:
         )
 
 
-def emit_event(event: str, **fields: JSON) -> None:
-    """A structured event on the ``tenxgraph.events`` logger: a JSON line, also in ``record.tenxgraph_event``."""
-    payload = {"event": event, **fields}
-    events_log.warning(json.dumps(payload, sort_keys=True), extra={"tenxgraph_event": payload})
-
-
 async def _resolve_in_doubt(
     tool: Tool, call: ToolCallBlock, key: str, args: dict[str, JSON], ctx: RunContext, info: ToolCallInfo
 ) -> ToolExecution | None:
@@ -511,7 +504,7 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
         record = records.get(key) if key is not None else None
         in_doubt = record is not None and record.get("kind") == "intent"
         if record is not None and key is not None and not in_doubt:
-            log.debug("replaying recorded result of tool %r (key %r, thread %r)", call.name, key, ctx.thread_id)
+            emit_event("tool_replayed", logging.INFO, thread_id=ctx.thread_id, tool=call.name, key=key)
             results.append(decode_record(call, key, record))
         else:
             results.append(None)

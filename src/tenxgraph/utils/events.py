@@ -1,0 +1,55 @@
+"""Structured events: one log record per thing that happened, with its fields machine-readable.
+
+Each event goes to the ``tenxgraph.events`` logger as a JSON line and in ``record.tenxgraph_event`` (a dict), so a
+handler can index the fields (``tenxgraph serve`` prints every record as one JSON line)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from tenxgraph.utils.constants import LOGGER_NAME
+
+events_log = logging.getLogger(f"{LOGGER_NAME}.events")
+
+
+def emit_event(event: str, level: int = logging.WARNING, **fields: Any) -> None:
+    """Log *event* with *fields* (JSON values) at *level*."""
+    if not events_log.isEnabledFor(level):
+        return
+    payload = {"event": event, **fields}
+    events_log.log(level, json.dumps(payload, sort_keys=True, default=str), extra={"tenxgraph_event": payload})
+
+
+class JsonLineFormatter(logging.Formatter):
+    """Every record as one JSON object on one line: time, level, logger, and the event's fields or the message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+        }
+        event = getattr(record, "tenxgraph_event", None)
+        if isinstance(event, dict):
+            line.update(event)
+        else:
+            line["message"] = record.getMessage()
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def log_json_lines(level: int | str = logging.INFO) -> logging.Handler:
+    """Send the ``tenxgraph`` loggers' records at *level* and above to stderr as JSON lines."""
+    handler = logging.StreamHandler()
+    formatter = JsonLineFormatter()
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+    return handler
