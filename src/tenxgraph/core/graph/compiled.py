@@ -203,7 +203,7 @@ class CompiledGraph(Generic[S]):
                 emit_event("run_resumed", logging.INFO, thread_id=tid, node=meta.current_node, status=meta.status)
                 async for event in run.loop():
                     yield event
-            fresh = [m for m in new_messages if m.message_id not in run.seen]
+            fresh = run.unseen(new_messages, "input")
             if fresh or new_values:
                 await run.start(fresh, new_values)
                 async for event in run.loop():
@@ -241,6 +241,23 @@ class _Run(Generic[S]):
         self.graph, self.cfg, self.state, self.version, self.seen = graph, cfg, state, version, seen
         self.use_ledger = use_ledger
         self.steps = 0
+
+    def unseen(self, messages: list[Message], source: str) -> list[Message]:
+        """The messages the thread does not hold yet. One it holds already is skipped (a retried request, a
+        re-sent turn); a different message under an id the thread already uses is an error, never dropped."""
+        fresh: list[Message] = []
+        for message in messages:
+            if message.message_id not in self.seen:
+                fresh.append(message)
+                continue
+            stored = next((m for m in self.state.messages if m.message_id == message.message_id), None)
+            if stored is not None and stored.to_dict() != message.to_dict():
+                raise (ConfigError if source == "input" else GraphBuildError)(
+                    f"{source} has message id {message.message_id!r}, which thread {self.cfg.thread_id!r} already "
+                    "uses for a different message; message ids must be unique (reuse one only to re-send the same "
+                    "message)"
+                )
+        return fresh
 
     async def _write(self, messages: list[Message]) -> None:
         await self.graph.checkpointer.acheck_run_lock(self.cfg.thread_id)  # fencing, before every state write
@@ -328,12 +345,10 @@ class _Run(Generic[S]):
         self.graph._check_fields(values, f"node {node!r}")
         for name, value in values.items():
             setattr(self.state, name, value)
-        fresh: list[Message] = []
         for message in raw:
             if not isinstance(message, Message):
                 raise GraphBuildError(f"node {node!r} returned a non-Message in 'messages': {message!r}")
-            if message.message_id not in self.seen:
-                self.seen.add(message.message_id)
-                fresh.append(message)
+        fresh = self.unseen(raw, f"node {node!r}")
+        self.seen.update(m.message_id for m in fresh)
         self.state.messages.extend(fresh)
         return fresh, values
