@@ -391,3 +391,10 @@ def test_concurrent_mode_passes_with_the_run_lock_and_catches_its_absence(pytest
     )
     assert broken.ret == pytest.ExitCode.TESTS_FAILED
     broken.stdout.fnmatch_lines(["*VIOLATION*a second run entered the thread while another run held its run lock*"])
+
+
+def test_help_lists_every_mode_and_the_service_variables(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--help")
+    text = " ".join(result.stdout.str().split())
+    assert "inprocess, sigkill, stream, concurrent" in text
+    assert "REPLAYSAFE_PG_DSN" in text and "REPLAYSAFE_REDIS_URL" in text
