@@ -52,7 +52,24 @@ def record_never_written() -> None:
 
 
 def key_from_call_id_only() -> None:
-    handler.ledger_key = lambda message_id, tool_call_id: tool_call_id or None
+    """The ledger is stored under tool_call_id alone: ``call_1`` of turn 2 finds ``call_1`` of turn 1."""
+
+    def short(key: str) -> str:
+        return key.split(":", 1)[-1]
+
+    for cls in BACKENDS:
+
+        def make(get: Callable[..., Any], put: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+            async def get_results(self: Any, thread_id: str, keys: Any) -> dict[str, Any]:
+                found = await get(self, thread_id, [short(k) for k in keys])
+                return {k: found[short(k)] for k in keys if short(k) in found}
+
+            async def put_result(self: Any, thread_id: str, key: str, record: Any) -> bool:
+                return bool(await put(self, thread_id, short(key), record))
+
+            return get_results, put_result
+
+        cls.aget_tool_results, cls.aput_tool_result = make(cls.aget_tool_results, cls.aput_tool_result)  # type: ignore[method-assign]
 
 
 def replay_first_record() -> None:

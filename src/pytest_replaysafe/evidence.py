@@ -28,10 +28,16 @@ def fingerprint(value: object) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def call_id_of(message_id: str, index: int) -> str:
+    """The harness's own identity of a tool call: its assistant message and its position there. Independent of
+    the runtime's ledger key, so a broken key (say, ``tool_call_id`` alone) cannot blind the verdict."""
+    return f"{message_id}:{index}"
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     thread: str
-    id: str  # the execution id: the ledger key (or the runtime's stand-in for a call without one)
+    id: str  # the runtime's execution id: its ledger key (or its stand-in for a call without one)
     event: str  # start, end, timeout, in_doubt (runtime) | record, recorded (the checkpointer wrapper)
     tool: str | None = None
     fp: str | None = None  # fingerprint of the output (end, record)
@@ -39,6 +45,12 @@ class Entry:
     cond: str | None = None  # timeout, missing_id
     policy: str | None = None  # the tool's in-doubt policy
     ikey: str | None = None  # the idempotency key the body was given (start)
+    call: str | None = None  # the harness's call identity (runtime events; see call_id_of)
+
+    @property
+    def hid(self) -> str:
+        """The call this entry is about: the harness's identity where known, else the runtime's key."""
+        return self.call or self.id
 
 
 class ExecutionLog:
@@ -71,6 +83,7 @@ class ExecutionLog:
                 cond=cond,
                 policy=info.on_in_doubt,
                 ikey=info.idempotency_key if event.kind == "start" else None,
+                call=call_id_of(info.message_id, info.index),
             )
         )
 
@@ -89,8 +102,14 @@ def unfinished(entries: list[Entry]) -> dict[str, str]:
     """Right after a crash: calls whose body was running (``in_flight``) or had returned without a durable record
     (``after_return``), from each call's last event. A call whose record write completed is not in this map."""
     last: dict[str, str] = {}
+    calls_of: dict[str, set[str]] = {}  # runtime key -> harness call ids (records carry only the key)
     for e in entries:
-        if e.event in ("start", "end", "record", "recorded", "timeout"):
-            last[e.id] = e.event
+        if e.call is not None:
+            calls_of.setdefault(e.id, set()).add(e.call)
+        if e.event in ("start", "end", "timeout"):
+            last[e.hid] = e.event
+        elif e.event in ("record", "recorded"):
+            for call in calls_of.get(e.id, {e.id}):
+                last[call] = e.event
     states = {"start": "in_flight", "end": "after_return", "record": "after_return"}
-    return {eid: states[event] for eid, event in last.items() if event in states}
+    return {call: states[event] for call, event in last.items() if event in states}

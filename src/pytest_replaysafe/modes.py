@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_replaysafe.evidence import call_id_of
 from pytest_replaysafe.procs import CHILD_DONE, HarnessError, child_timeout, describe_status, fork_child, wait_child
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def arm_crash(point: str, hit: int, window: dict[str, str], crash: Callable[[str
     def capture_then(action: Callable[[str, int], None]) -> Callable[[str, int], None]:
         def fire(name: str, n: int) -> None:
             call = current_tool_call()
-            window.setdefault("id", call.execution_id if call else "*")
+            window.setdefault("id", call_id_of(call.message_id, call.index) if call else "*")
             action(name, n)
 
         return fire

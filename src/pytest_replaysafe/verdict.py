@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_replaysafe.evidence import Entry, fingerprint
+from pytest_replaysafe.evidence import Entry, call_id_of, fingerprint
 from pytest_replaysafe.gaps import GapRule, find_gap
 from pytest_replaysafe.outcome import Outcome
 
@@ -62,7 +62,8 @@ class HitEvidence:
     tools: frozenset[str] | None = None  # the marker's tools=: only their calls are judged
 
     def executions(self) -> Counter[str]:
-        return Counter(e.id for e in self.entries if e.event == "start")
+        """Body executions per call (the harness's call identity)."""
+        return Counter(e.hid for e in self.entries if e.event == "start")
 
 
 def shape(messages: Sequence[Message]) -> list[str]:
@@ -84,7 +85,7 @@ def _calls_per_tool(entries: Iterable[Entry]) -> Counter[str]:
     calls: dict[str, str] = {}
     for e in entries:
         if e.event == "start" and e.tool is not None:
-            calls[e.id] = e.tool
+            calls[e.hid] = e.tool
     return Counter(calls.values())
 
 
@@ -93,16 +94,14 @@ def _outside_effects(effects: Iterable[Mapping[str, Any]]) -> Counter[tuple[str,
 
 
 def call_labels(messages: Sequence[Message]) -> dict[str, str]:
-    """Execution id -> ``tool(args)`` for every call in a conversation, for messages a person can act on."""
-    from tenxgraph.core.graph.utils.invoke_node_handler import call_keys
-
+    """Call id (``call_id_of``) -> ``tool(args)`` for every call in a conversation, for messages a person can act
+    on."""
     labels = {}
     for m in messages:
-        for call, key in zip(m.tool_calls, call_keys(m), strict=True):
-            if key is not None:
-                raw = call.args
-                args = ", ".join(f"{k}={v!r}" for k, v in sorted(raw.items())) if isinstance(raw, dict) else repr(raw)
-                labels[key] = f"{call.name}({args})"
+        for index, call in enumerate(m.tool_calls):
+            raw = call.args
+            args = ", ".join(f"{k}={v!r}" for k, v in sorted(raw.items())) if isinstance(raw, dict) else repr(raw)
+            labels[call_id_of(m.message_id, index)] = f"{call.name}({args})"
     return labels
 
 
@@ -135,45 +134,51 @@ def _provenance(
     messages: Sequence[Message], entries: list[Entry], labels: Mapping[str, str], tools: frozenset[str] | None
 ) -> list[str]:
     """Every tool result must be what its own call's body returned; every record written after that body returned,
-    holding its value; one idempotency key per call."""
-    from tenxgraph.core.graph.utils.invoke_node_handler import call_keys
-
+    holding its value; one idempotency key per call. Calls are identified by the harness (message and position),
+    records by the runtime's key, joined through the runtime's own events."""
     problems: list[str] = []
-    returned: dict[str, set[str | None]] = defaultdict(set)
-    settled = {e.id for e in entries if e.event == "in_doubt" and e.policy in ("fail", "reconcile")}
+    returned: dict[str, set[str | None]] = defaultdict(set)  # call -> fingerprints its body returned
+    returned_by_key: dict[str, set[str | None]] = defaultdict(set)  # runtime key -> the same
+    settled = {e.hid for e in entries if e.event == "in_doubt" and e.policy in ("fail", "reconcile")}
+    settled_keys = {e.id for e in entries if e.event == "in_doubt" and e.policy in ("fail", "reconcile")}
+    labels_by_key = {e.id: labels.get(e.hid, e.id) for e in entries if e.call is not None}
     keys: dict[str, set[str]] = defaultdict(set)
     for e in entries:
         if e.event == "start" and e.ikey:
-            keys[e.id].add(e.ikey)
+            keys[e.hid].add(e.ikey)
         elif e.event == "end":
-            returned[e.id].add(e.fp)
-        elif e.event == "record" and e.id not in settled:
-            label = labels.get(e.id, e.id)
-            if e.id not in returned:
+            returned[e.hid].add(e.fp)
+            returned_by_key[e.id].add(e.fp)
+        elif e.event == "record" and e.id not in settled_keys:
+            label = labels_by_key.get(e.id, e.id)
+            if e.id not in returned_by_key:
                 problems.append(f"the ledger record of {label} was written before its body returned")
-            elif None not in returned[e.id] and not e.error and e.fp not in returned[e.id]:
+            elif None not in returned_by_key[e.id] and not e.error and e.fp not in returned_by_key[e.id]:
                 problems.append(f"the ledger record of {label} holds a value its body never returned")
-    for eid, ikeys in keys.items():
+    for call, ikeys in keys.items():
         if len(ikeys) > 1:
-            problems.append(f"{labels.get(eid, eid)} was given {len(ikeys)} different idempotency keys across attempts")
-    by_value = {fp: eid for eid, fps in returned.items() for fp in fps if fp is not None}
+            problems.append(
+                f"{labels.get(call, call)} was given {len(ikeys)} different idempotency keys across attempts"
+            )
+    by_value = {fp: call for call, fps in returned.items() for fp in fps if fp is not None}
     for i, m in enumerate(messages):
         if m.role != "assistant":
             continue
         occurrence: dict[str, int] = {}
-        for call, key in zip(m.tool_calls, call_keys(m), strict=True):
-            occurrence[str(call.id)] = occurrence.get(str(call.id), 0) + 1
-            if key is None or key in settled or (tools is not None and call.name not in tools):
+        for index, asked in enumerate(m.tool_calls):
+            occurrence[str(asked.id)] = occurrence.get(str(asked.id), 0) + 1
+            hid = call_id_of(m.message_id, index)
+            if asked.id is None or hid in settled or (tools is not None and asked.name not in tools):
                 continue
-            result = _result_of(messages, i, str(call.id), occurrence[str(call.id)])
+            result = _result_of(messages, i, str(asked.id), occurrence[str(asked.id)])
             if result is None or result.is_error:
                 continue  # a lost result is reported by result_problems; errors are the runtime's own
-            label = labels.get(key, key)
-            if key not in returned:
+            label = labels.get(hid, hid)
+            if hid not in returned:
                 problems.append(f"{label} was answered with a result although its body never ran")
                 continue
             fp = fingerprint(result.output)
-            if None in returned[key] or fp in returned[key]:
+            if None in returned[hid] or fp in returned[hid]:
                 continue
             other = by_value.get(fp) if fp is not None else None
             source = f"the result of {labels.get(other, other)}" if other else "a value its body never returned"
@@ -196,6 +201,7 @@ def _result_of(messages: Sequence[Message], index: int, call_id: str, occurrence
 
 
 def _effect_problems(evidence: HitEvidence, ref: Reference, labels: Mapping[str, str]) -> list[str]:
+    """*labels*: runtime key -> ``tool(args)`` (the simulator stores the runtime's execution id)."""
     if evidence.effects is None:
         return []
     problems = []
@@ -242,11 +248,11 @@ def judge(
                 "a model turn ran again and asked for it anew"
             )
     problems += _provenance(messages, evidence.entries, labels, evidence.tools)
-    problems += _effect_problems(evidence, ref, labels)
+    problems += _effect_problems(evidence, ref, {e.id: labels.get(e.hid, e.id) for e in evidence.entries})
     conditions = dict(evidence.unfinished) if point in TOOL_WINDOW_POINTS else {}
     for e in evidence.entries:
-        if e.cond and e.id not in conditions:
-            conditions[e.id] = e.cond
+        if e.cond and e.hid not in conditions:
+            conditions[e.hid] = e.cond
     gaps: set[str] = set()
     for eid, n in sorted(evidence.executions().items()):
         if n < 2:
@@ -270,7 +276,7 @@ def judge(
         return Outcome.VIOLATION, None, "; ".join(problems)
     if gaps:
         return Outcome.KNOWN_GAP, ",".join(sorted(gaps)), _gap_detail(evidence, gaps, labels)
-    handled = {e.id for e in evidence.entries if e.event == "in_doubt" and e.policy in ("fail", "reconcile")}
+    handled = {e.hid for e in evidence.entries if e.event == "in_doubt" and e.policy in ("fail", "reconcile")}
     if handled and evidence.window in ({"*"} | handled):
         return Outcome.IN_DOUBT_HANDLED, None, "the call in the crash window was in doubt and settled without a re-run"
     return Outcome.PROTECTED, None, "every recorded call executed at most once, answered with its own result"
