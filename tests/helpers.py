@@ -6,68 +6,51 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tenxgraph.core.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, ThreadSnapshot
+from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
 
 
-class SpyCheckpointer(BaseCheckpointer):
-    """Delegates to *inner*, counting calls and remembering the keys of every ledger read."""
+class SpyCheckpointer(DelegatingCheckpointer):
+    """Counts calls to the inner backend and remembers the keys of every ledger read (run lock and fencing are
+    forwarded, so spied runs use the backend's own lock)."""
 
     def __init__(self, inner: BaseCheckpointer) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.calls: Counter[str] = Counter()
         self.ledger_reads: list[list[str]] = []
-        self.backend_name = inner.backend_name
-        self.durable = inner.durable
 
     async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
         self.calls["get_thread"] += 1
-        return await self.inner.aget_thread(thread_id)
+        return await super().aget_thread(thread_id)
 
     async def aput_thread(
         self, thread_id: str, values: dict[str, JSON], *, expected_version: int, new_messages: Sequence[Message] = ()
     ) -> int:
         self.calls["put_thread"] += 1
-        return await self.inner.aput_thread(
+        return await super().aput_thread(
             thread_id, values, expected_version=expected_version, new_messages=new_messages
         )
 
     async def alist_messages(self, thread_id: str) -> list[Message]:
         self.calls["list_messages"] += 1
-        return await self.inner.alist_messages(thread_id)
-
-    async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
-        await self.inner.aappend_messages(thread_id, messages)
+        return await super().alist_messages(thread_id)
 
     async def aget_tool_results(self, thread_id: str, keys: Sequence[str]) -> dict[str, dict[str, JSON]]:
         self.calls["get_tool_results"] += 1
         self.ledger_reads.append(list(keys))
-        return await self.inner.aget_tool_results(thread_id, keys)
+        return await super().aget_tool_results(thread_id, keys)
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         self.calls["put_tool_result"] += 1
-        return await self.inner.aput_tool_result(thread_id, key, record)
+        return await super().aput_tool_result(thread_id, key, record)
 
     async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         self.calls["put_tool_intent"] += 1
-        return await self.inner.aput_tool_intent(thread_id, key, record)
-
-    async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
-        return await self.inner.alist_tool_results(thread_id)
-
-    async def aprune_tool_executions(
-        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
-    ) -> int:
-        return await self.inner.aprune_tool_executions(
-            older_than, include_resumable=include_resumable, batch_size=batch_size
-        )
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await self.inner.adelete_thread(thread_id)
+        return await super().aput_tool_intent(thread_id, key, record)
 
 
 class WireServer:

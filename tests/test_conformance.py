@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_replaysafe.conformance import CheckpointerConformance
-from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
+from tenxgraph.storage.checkpointer import DelegatingCheckpointer, InMemoryCheckpointer, SqliteCheckpointer
 from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 
 
@@ -36,3 +36,13 @@ class TestPostgresWithRedis(CheckpointerConformance):
     @pytest.fixture
     def checkpointer(self, pg_redis_checkpointer: PgCheckpointer) -> PgCheckpointer:
         return pg_redis_checkpointer
+
+
+class TestDelegatingOverSqlite(CheckpointerConformance):
+    """A wrapper forwards the whole contract (the harness and the test spies are built on it)."""
+
+    @pytest.fixture
+    def checkpointer(self, tmp_path: Path) -> Iterator[DelegatingCheckpointer]:
+        cp = DelegatingCheckpointer(SqliteCheckpointer(tmp_path / "state.db"))
+        yield cp
+        cp.close()

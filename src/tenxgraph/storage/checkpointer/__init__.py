@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, ThreadSnapshot
+from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
 from tenxgraph.storage.checkpointer.memory import InMemoryCheckpointer
 
 if TYPE_CHECKING:
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BaseCheckpointer",
+    "DelegatingCheckpointer",
     "InMemoryCheckpointer",
     "PgCheckpointer",
     "SqliteCheckpointer",
