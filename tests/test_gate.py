@@ -376,3 +376,29 @@ def test_importing_the_plugin_imports_nothing_of_the_runtime() -> None:
     code = "import sys, pytest_replaysafe.plugin; print(sorted(m for m in sys.modules if m.startswith('tenxgraph')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_an_agent_that_fails_without_any_crash_is_an_error_cell(pytester: pytest.Pytester) -> None:
+    """Not 'the test's own assertion failed', and not a verdict on replay safety: the cell could not be judged."""
+    write(
+        pytester,
+        """
+import pytest
+from tenxgraph import END, Message, StateGraph
+
+def broken(state):
+    raise RuntimeError("the payment API is misconfigured")
+
+@pytest.mark.crash_matrix(points=["run.before_node"], backends=["sqlite"], modes=["inprocess"])
+def test_broken(crash_run):
+    graph = StateGraph()
+    graph.add_node("pay", broken)
+    graph.set_entry_point("pay").add_edge("pay", END)
+    crash_run.invoke(graph.compile(crash_run.checkpointer), {"messages": [Message.text_message("hi")]})
+""",
+    )
+    result = run(pytester, "--crash-matrix", "--crash-report=matrix.json")
+    result.assert_outcomes(failed=1)
+    [cell] = report(pytester, result)["cells"]
+    assert cell["outcome"] == "error" and cell["detail"].startswith("the clean run (no crash injected) failed:")
+    assert "the payment API is misconfigured" in cell["detail"]

@@ -269,8 +269,13 @@ class CrashRun:
     def _learn(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> _Drive:
         assert self.cell is not None
         thread = self._new_thread("clean")
-        with crashpoints.counting() as counts:
-            clean = self.run_graph(app, input, thread, config, stream, "clean")
+        try:
+            with crashpoints.counting() as counts:
+                clean = self.run_graph(app, input, thread, config, stream, "clean")
+        except Exception as exc:  # no crash was injected: the cell cannot be judged
+            detail = f"the clean run (no crash injected) failed: {type(exc).__name__}: {exc}"
+            self._record(0, Outcome.ERROR, None, {}, 0.0, detail)
+            raise ReplaySafetyViolation(f"ERROR: {detail}\n    repro: {self.results[-1].repro}") from exc
         entries = self._entries(thread)
         drive = _Drive(
             counts.get(self.cell.point, 0),
