@@ -327,7 +327,9 @@ def test_concurrent_runs_on_one_thread_one_loses_with_stale_state(checkpointer: 
         await app.ainvoke({"counter": 0}, {"thread_id": "t"})  # thread exists, finished
         gate.clear()
         runs = [asyncio.ensure_future(app.ainvoke({"counter": 10}, {"thread_id": "t"})) for _ in range(2)]
-        await asyncio.sleep(0.05)
+        # the holder waits at the gate, so the first run to end is the one refused the lock (no sleep: a loaded
+        # machine cannot reorder this); without a lock both would wait here until the timeout
+        await asyncio.wait(runs, return_when=asyncio.FIRST_COMPLETED, timeout=30)
         gate.set()
         return await asyncio.gather(*runs, return_exceptions=True)
 
