@@ -27,27 +27,29 @@ REQUIRED = {
 }
 
 
-def test_required_points_are_registered_at_their_call_sites() -> None:
+def test_required_points_are_in_the_table_in_firing_order() -> None:
     points = {p.name: p for p in crashpoints.list_crash_points()}
     for name, module in REQUIRED.items():
-        point = points[name]
-        assert point.kind == "crash" and Path(point.file).name == module
-        line = Path(point.file).read_text().splitlines()[point.line - 1]
-        assert f'crash_point("{name}")' in line, (name, point.location)
+        assert points[name].kind == "crash" and points[name].location.endswith("/" + module)
     faults = {p.name for p in crashpoints.list_crash_points(kind="fault")}
     assert faults == {"ledger.read_error", "ledger.write_error"}
+    order = [p.name for p in crashpoints.POINTS]
+    assert order.index("run.before_node") < order.index("tool.before_invoke") < order.index("tool.after_return")
+    assert order.index("tool.after_return") < order.index("tool.after_record") < order.index("run.after_advance")
 
 
-def test_every_call_site_in_the_source_is_declared() -> None:
-    declared = {p.name for p in crashpoints.list_crash_points()}
-    used: set[str] = set()
+def test_every_call_site_is_in_the_module_the_table_names() -> None:
+    """One table, checked against the source: each built-in point fires in exactly the module it names."""
+    table = {p.name: p.location for p in crashpoints.POINTS}
+    found: dict[str, set[str]] = {}
     for path in (ROOT / "src").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "crash_point":
                 arg = node.args[0]
                 assert isinstance(arg, ast.Constant), f"{path}: crash_point() needs a literal name"
-                used.add(arg.value)
-    assert used and used <= declared
+                found.setdefault(arg.value, set()).add(path.relative_to(ROOT / "src").as_posix())
+    assert set(found) == set(table)
+    assert all(found[name] == {location} for name, location in table.items()), found
 
 
 def test_arming_an_unknown_point_raises_naming_known_ones() -> None:

@@ -246,11 +246,11 @@ def test_unknown_point_in_the_marker_is_a_usage_error(pytester: pytest.Pytester)
 def test_crash_list_prints_points_with_locations(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--crash-list")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(
+    result.stdout.fnmatch_lines(  # in the order the points fire in a run
         [
-            "ledger.read_error*fault*invoke_node_handler.py:*",
-            "run.before_node*crash*compiled.py:*the current node is recorded*",
-            "tool.in_flight*crash*effects.py:*",
+            "run.before_node*crash*tenxgraph/core/graph/compiled.py*the current node is recorded*",
+            "ledger.read_error*fault*tenxgraph/core/graph/utils/invoke_node_handler.py*",
+            "tool.in_flight*crash*pytest_replaysafe/effects.py*",
         ]
     )
 

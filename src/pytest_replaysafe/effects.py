@@ -16,11 +16,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from tenxgraph.core.crashpoints import crash_point, declare
+from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.context import current_run
 from tenxgraph.core.graph.utils.invoke_node_handler import current_tool_call
-
-declare("tool.in_flight", "the effects simulator applied a side effect; the tool has not returned")
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS effects (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,

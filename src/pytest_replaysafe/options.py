@@ -127,7 +127,6 @@ def read_settings(config: pytest.Config) -> Settings:
 def load_registry(config: pytest.Config, settings: Settings) -> None:
     """Backends and gap rules (built in + hooks); unknown names and requested backends that cannot run here are
     usage errors, so requested coverage is never silently missing."""
-    import pytest_replaysafe.effects  # noqa: F401 - declares tool.in_flight
     from pytest_replaysafe.gaps import KNOWN_GAPS
     from tenxgraph.core.crashpoints import list_crash_points
 

@@ -11,7 +11,6 @@ module imports nothing of the runtime.
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,13 +73,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     try:
         from tenxgraph.core.crashpoints import list_crash_points
 
-        root = Path.cwd()
-        for point in list_crash_points():
-            try:
-                where = f"{Path(point.file).relative_to(root)}:{point.line}"
-            except ValueError:
-                where = point.location
-            print(f"{point.name:26} {point.kind:5}  {where}  {point.description}")
+        for point in list_crash_points():  # in the order they fire in a run
+            print(f"{point.name:26} {point.kind:5}  {point.location:50}  {point.description}")
     finally:
         config._ensure_unconfigure()
     return 0

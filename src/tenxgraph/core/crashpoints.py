@@ -1,8 +1,9 @@
 """Deterministic crash points: the runtime side of the fault-injection harness.
 
-Call sites say ``crash_point("tool.after_return")``. Each point is declared once, at import, by the module that
-fires it (:func:`declare`), which records the call site's file and line; :func:`list_crash_points` returns them.
-Disarmed, a call site costs one global check.
+Call sites say ``crash_point("tool.after_return")``. Every built-in point is declared once, in the table
+:data:`POINTS` below (name, kind, what is true when it fires, the module that fires it), in the order the points
+fire in a run; :func:`declare` adds a point of your own. Listing points imports nothing. Disarmed, a call site
+costs one global check.
 
 Arm a point in-process with :func:`arm` (or the :func:`armed` context manager), or for a child process from the
 environment: ``TENXGRAPH_CRASH_AT=name[:hit[:action]]`` (read at import and by :func:`arm_from_env`). The point
@@ -60,12 +61,45 @@ class CrashPoint:
     name: str
     kind: Kind
     description: str
-    file: str
-    line: int
+    module: str  # the module whose code fires it
 
     @property
     def location(self) -> str:
-        return f"{self.file}:{self.line}"
+        """The firing module's source file, relative to its package's parent folder."""
+        return self.module.replace(".", "/") + ".py"
+
+
+_HANDLER = "tenxgraph.core.graph.utils.invoke_node_handler"
+#: Every built-in point, in the order the points fire in a run.
+POINTS: tuple[CrashPoint, ...] = (
+    CrashPoint(
+        "run.before_node",
+        "crash",
+        "the current node is recorded; the node has not started",
+        "tenxgraph.core.graph.compiled",
+    ),
+    CrashPoint("tool.before_ledger_read", "crash", "tool node started; the ledger has not been read yet", _HANDLER),
+    CrashPoint("ledger.read_error", "fault", "the batched ledger read fails (fault point)", _HANDLER),
+    CrashPoint("tool.before_invoke", "crash", "ledger miss; the tool is about to run", _HANDLER),
+    CrashPoint(
+        "tool.in_flight",
+        "crash",
+        "the effects simulator applied a side effect; the tool has not returned",
+        "pytest_replaysafe.effects",
+    ),
+    CrashPoint("tool.after_return", "crash", "the tool returned; its record is not written yet", _HANDLER),
+    CrashPoint("ledger.write_error", "fault", "writing the ledger record fails (fault point)", _HANDLER),
+    CrashPoint("tool.after_record", "crash", "the record is written; the node has not completed", _HANDLER),
+    CrashPoint(
+        "node.after_complete", "crash", "the node finished; the run has not advanced", "tenxgraph.core.graph.compiled"
+    ),
+    CrashPoint(
+        "run.after_advance",
+        "crash",
+        "the node's output and the next node are persisted",
+        "tenxgraph.core.graph.compiled",
+    ),
+)
 
 
 @dataclass(slots=True)
@@ -76,7 +110,7 @@ class _Arming:
     fired: bool = False
 
 
-_registry: dict[str, CrashPoint] = {}
+_registry: dict[str, CrashPoint] = {p.name: p for p in POINTS}
 _lock = threading.Lock()
 # Hot-path state: None when nothing is armed and nothing counts, so a call site costs one check.
 _active: dict[str, _Arming] | None = None
@@ -85,39 +119,24 @@ _counts: dict[str, int] | None = None
 _fired: list[tuple[str, int]] = []
 
 
-def _call_site_line(file: str, name: str, fallback: int) -> int:
-    needle = f'crash_point("{name}")'
-    try:
-        for number, text in enumerate(Path(file).read_text(encoding="utf-8").splitlines(), 1):
-            if needle in text:
-                return number
-    except OSError:
-        pass
-    return fallback
-
-
 def declare(name: str, description: str, kind: Kind = "crash") -> CrashPoint:
-    """Register a point fired by the calling module; its location is the ``crash_point("name")`` call site."""
-    frame = sys._getframe(1)
-    file = frame.f_code.co_filename
-    point = CrashPoint(name, kind, description, file, _call_site_line(file, name, frame.f_lineno))
+    """Add a point of your own, fired by the calling module (declaring a point again the same way is harmless)."""
+    module = sys._getframe(1).f_globals.get("__name__", "?")
+    point = CrashPoint(name, kind, description, module)
     with _lock:
         existing = _registry.get(name)
-        if existing is not None and (existing.file, existing.kind) != (point.file, point.kind):
-            raise ValueError(f"crash point {name!r} is declared twice: {existing.location} and {point.location}")
-        _registry[name] = point
-    return point
+        if existing is not None and (existing.module, existing.kind) != (point.module, point.kind):
+            raise ValueError(f"crash point {name!r} is declared twice: in {existing.module} and in {point.module}")
+        _registry.setdefault(name, point)
+    return _registry[name]
 
 
 def list_crash_points(kind: Kind | None = None) -> list[CrashPoint]:
-    """Every declared point (importing the runtime declares its points), sorted by name."""
-    import tenxgraph.core.graph  # noqa: F401 - declares the run-loop and handler points
-
-    return sorted((p for p in _registry.values() if kind is None or p.kind == kind), key=lambda p: p.name)
+    """Every point, built-in ones in firing order, then your own."""
+    return [p for p in _registry.values() if kind is None or p.kind == kind]
 
 
 def get_crash_point(name: str) -> CrashPoint:
-    list_crash_points()
     try:
         return _registry[name]
     except KeyError:
@@ -289,13 +308,9 @@ def arm_from_env() -> bool:
         name, hit, action = parse_crash_spec(spec)
     except ValueError as exc:
         raise ConfigError(f"{exc}; {unset}") from None
-    list_crash_points()
     if name not in _registry:
         known = ", ".join(sorted(_registry))
-        raise ConfigError(
-            f"{ENV_CRASH_AT}={spec!r}: unknown crash point {name!r}; known points: {known} (tool.in_flight exists "
-            f"only under pytest-replaysafe's effects fixture); {unset}"
-        )
+        raise ConfigError(f"{ENV_CRASH_AT}={spec!r}: unknown crash point {name!r}; known points: {known}; {unset}")
     if action is None:
         action = "fault" if _registry[name].kind == "fault" else "kill"
     arm(name, hit, action)  # type: ignore[arg-type]

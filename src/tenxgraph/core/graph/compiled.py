@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from tenxgraph.core.crashpoints import crash_point, declare
+from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.config import RunConfig
 from tenxgraph.core.graph.context import RunContext, reset_current_run, set_current_run
 from tenxgraph.core.state.messages import Message
@@ -37,10 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(LOGGER_NAME)
 S = TypeVar("S", bound=AgentState)
-
-declare("run.before_node", "the current node is recorded; the node has not started")
-declare("node.after_complete", "the node finished; the run has not advanced")
-declare("run.after_advance", "the node's output and the next node are persisted")
 
 
 @dataclass(slots=True)

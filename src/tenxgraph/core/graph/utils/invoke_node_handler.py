@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from tenxgraph.core.crashpoints import crash_point, declare
+from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.context import RunContext
 from tenxgraph.core.graph.tools import Tool, ToolArgumentError, ToolOutput
 from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock
@@ -42,13 +42,6 @@ from tenxgraph.utils.sync import to_thread
 log = logging.getLogger(LOGGER_NAME)
 
 RECORD_VERSION = 1
-
-declare("tool.before_ledger_read", "tool node started; the ledger has not been read yet")
-declare("ledger.read_error", "the batched ledger read fails (fault point)", kind="fault")
-declare("tool.before_invoke", "ledger miss; the tool is about to run")
-declare("tool.after_return", "the tool returned; its record is not written yet")
-declare("ledger.write_error", "writing the ledger record fails (fault point)", kind="fault")
-declare("tool.after_record", "the record is written; the node has not completed")
 
 
 @dataclass(frozen=True, slots=True)
