@@ -18,7 +18,7 @@ from typing import Any
 
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.context import current_run
-from tenxgraph.core.graph.utils.invoke_node_handler import current_tool_call
+from tenxgraph.core.graph.tool_call import current_tool_call
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS effects (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tenxgraph.core.graph.utils.invoke_node_handler import ToolEvent
+    from tenxgraph.core.graph.tool_call import ToolEvent
 
 
 def fingerprint(value: object) -> str | None:

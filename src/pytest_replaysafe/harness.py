@@ -23,18 +23,15 @@ from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.evidence import Entry, ExecutionLog, unfinished
 from pytest_replaysafe.gaps import GapRule, point_gap
 from pytest_replaysafe.matrix import Backend, Cell
-from pytest_replaysafe.modes import MODES, Hit
+from pytest_replaysafe.modes import MODES, Hit, Inputs
 from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
 from pytest_replaysafe.procs import HarnessError
 from pytest_replaysafe.spy import RecordingCheckpointer
 from pytest_replaysafe.verdict import HitEvidence, Reference, judge, reference, result_problems
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
-from tenxgraph.core.graph.utils.invoke_node_handler import ToolCallInfo, add_tool_observer, set_completion_order
+from tenxgraph.core.graph.tool_call import ToolCallInfo, add_tool_observer, set_completion_order
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
-
-Inputs = Mapping[str, Any] | list[Mapping[str, Any]]
-"""One input, or the turns of a conversation."""
 
 UNROUTED = (
     "the test never ran its agent through crash_run: drive runs with crash_run.invoke(app, input) (or ainvoke, "

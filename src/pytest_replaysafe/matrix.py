@@ -11,14 +11,13 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
 from pytest_replaysafe import services
 
 if TYPE_CHECKING:
-    from pytest_replaysafe.options import Settings
     from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
 MODES = ("inprocess", "sigkill", "stream", "concurrent")
@@ -173,7 +172,17 @@ def marker_kwargs(marker: Any) -> dict[str, Any]:
     return dict(marker.kwargs)
 
 
-def expand(metafunc: pytest.Metafunc, settings: Settings) -> None:
+class Selection(Protocol):
+    """What expansion needs of the run's settings (:class:`pytest_replaysafe.options.Settings` is one)."""
+
+    points: list[str] | None
+    backends: list[str] | None
+    modes: list[str] | None
+    registry: dict[str, Backend]
+    unavailable: dict[str, str]
+
+
+def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     """Parametrize a marked test with its cells (point x backend x mode, plus the budgeted contest)."""
     from tenxgraph.core.crashpoints import list_crash_points
 

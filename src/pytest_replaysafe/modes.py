@@ -19,14 +19,38 @@ import select
 import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_replaysafe.evidence import call_id_of
 from pytest_replaysafe.procs import CHILD_DONE, HarnessError, child_timeout, describe_status, fork_child, wait_child
 
 if TYPE_CHECKING:
-    from pytest_replaysafe.harness import CrashRun, Inputs
+    from pytest_replaysafe.spy import RecordingCheckpointer
     from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
+
+Inputs = Mapping[str, Any] | list[Mapping[str, Any]]
+"""One input, or the turns of a conversation."""
+
+
+class Runner(Protocol):
+    """What a mode needs from the harness (:class:`pytest_replaysafe.harness.CrashRun` is one)."""
+
+    workdir: Path
+    checkpointer: RecordingCheckpointer
+
+    def run_graph(
+        self,
+        app: CompiledGraph[Any],
+        input: Inputs | None,
+        thread: str,
+        config: dict[str, Any],
+        stream: bool,
+        label: str,
+    ) -> RunResult[Any]: ...
+
+    def stored_result(self, app: CompiledGraph[Any], thread: str) -> RunResult[Any]: ...
+
 
 #: How long a resume waits for the crashed run's lock (PostgreSQL frees a killed session's lock a little later).
 RESUME_LOCK_TIMEOUT_S = 30.0
@@ -65,9 +89,9 @@ class Mode(Protocol):
     name: str
     other_process: bool  # the resume runs in another process: needs durable storage
 
-    def crash(self, run: CrashRun, hit: Hit) -> Crash: ...
+    def crash(self, run: Runner, hit: Hit) -> Crash: ...
 
-    def resume(self, run: CrashRun, hit: Hit) -> RunResult[Any]: ...
+    def resume(self, run: Runner, hit: Hit) -> RunResult[Any]: ...
 
 
 def arm_crash(point: str, hit: int, window: dict[str, str], crash: Callable[[str, int], None]) -> None:
@@ -75,7 +99,7 @@ def arm_crash(point: str, hit: int, window: dict[str, str], crash: Callable[[str
     ``ledger.read_error`` the read succeeds, the node's end crashes, and the resume's read fails."""
     from tenxgraph.core import crashpoints
     from tenxgraph.core.crashpoints import InjectedFault
-    from tenxgraph.core.graph.utils.invoke_node_handler import current_tool_call
+    from tenxgraph.core.graph.tool_call import current_tool_call
 
     def capture_then(action: Callable[[str, int], None]) -> Callable[[str, int], None]:
         def fire(name: str, n: int) -> None:
@@ -111,7 +135,7 @@ class InProcess:
     other_process = False
     stream = False
 
-    def crash(self, run: CrashRun, hit: Hit) -> Crash:
+    def crash(self, run: Runner, hit: Hit) -> Crash:
         from tenxgraph.core import crashpoints
         from tenxgraph.core.crashpoints import CrashInjected
 
@@ -132,7 +156,7 @@ class InProcess:
         finally:
             crashpoints.reset()
 
-    def resume(self, run: CrashRun, hit: Hit) -> RunResult[Any]:
+    def resume(self, run: Runner, hit: Hit) -> RunResult[Any]:
         from tenxgraph.core import crashpoints
 
         try:
@@ -151,7 +175,7 @@ class SigKill(InProcess):
     name = "sigkill"
     other_process = True
 
-    def crash(self, run: CrashRun, hit: Hit) -> Crash:
+    def crash(self, run: Runner, hit: Hit) -> Crash:
         from tenxgraph.core import crashpoints
 
         marker = run.workdir / f"{hit.thread}.marker"
@@ -194,7 +218,7 @@ class SigKill(InProcess):
 class Concurrent(SigKill):
     name = "concurrent"
 
-    def resume(self, run: CrashRun, hit: Hit) -> RunResult[Any]:
+    def resume(self, run: Runner, hit: Hit) -> RunResult[Any]:
         Contest(run, hit).play()
         return run.stored_result(hit.app, hit.thread)
 
@@ -203,7 +227,7 @@ class Contest:
     """A (holding the lock, paused at its first node), B (must be refused), C (takes over as if A's lock were
     lost, and finishes), then A again (its next write must be refused by the compare-and-swap)."""
 
-    def __init__(self, run: CrashRun, hit: Hit) -> None:
+    def __init__(self, run: Runner, hit: Hit) -> None:
         self.run, self.hit = run, hit
         self.files = {name: run.workdir / f"{hit.thread}.{name}" for name in ("A", "B", "C")}
 

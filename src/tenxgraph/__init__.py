@@ -11,8 +11,8 @@ from tenxgraph.core.graph import (
     ToolNode,
     ToolOutput,
 )
+from tenxgraph.core.graph.tool_call import ToolContext, current_tool_call
 from tenxgraph.core.graph.tools import tool
-from tenxgraph.core.graph.utils.invoke_node_handler import ToolContext, current_tool_call
 from tenxgraph.core.state import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
 from tenxgraph.errors import (
     ConfigError,

@@ -18,11 +18,12 @@ import inspect
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.config import RunConfig
 from tenxgraph.core.graph.context import RunContext, reset_current_run, set_current_run
+from tenxgraph.core.graph.graph_spec import GraphSpec
 from tenxgraph.core.state.messages import Message
 from tenxgraph.core.state.state import AgentState
 from tenxgraph.errors import ConfigError, GraphBuildError, GraphRecursionError, NodeTimeoutError, RunLockLostError
@@ -31,9 +32,6 @@ from tenxgraph.storage.checkpointer.memory import InMemoryCheckpointer
 from tenxgraph.utils.constants import END, LOGGER_NAME
 from tenxgraph.utils.events import emit_event
 from tenxgraph.utils.sync import run_sync, to_thread
-
-if TYPE_CHECKING:
-    from tenxgraph.core.graph.state_graph import StateGraph
 
 log = logging.getLogger(LOGGER_NAME)
 S = TypeVar("S", bound=AgentState)
@@ -86,7 +84,7 @@ def _is_async(fn: Any) -> bool:
 class CompiledGraph(Generic[S]):
     """A checked graph bound to a checkpointer. Safe to create anew over the same checkpointer to resume."""
 
-    def __init__(self, graph: StateGraph[S], checkpointer: BaseCheckpointer | None = None) -> None:
+    def __init__(self, graph: GraphSpec[S], checkpointer: BaseCheckpointer | None = None) -> None:
         if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointer):
             raise ConfigError(f"checkpointer must be a BaseCheckpointer, got {type(checkpointer).__name__}")
         self.checkpointer: BaseCheckpointer = checkpointer if checkpointer is not None else InMemoryCheckpointer()

@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from tenxgraph.core.graph.compiled import CompiledGraph
+from tenxgraph.core.graph.graph_spec import ConditionalEdge, NodeFn
 from tenxgraph.core.state.state import AgentState
 from tenxgraph.errors import GraphBuildError
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.constants import END
 
-if TYPE_CHECKING:
-    from tenxgraph.core.graph.compiled import CompiledGraph
-    from tenxgraph.storage.checkpointer.base import BaseCheckpointer
-
 S = TypeVar("S", bound=AgentState)
-NodeFn = Callable[[Any], Any]
-"""A node: ``(state) -> dict | None`` (sync or async). The dict updates state; ``messages`` are appended."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConditionalEdge:
-    path: Callable[[Any], str]
-    path_map: Mapping[str, str] | None
-
-    def targets(self) -> list[str]:
-        return list(self.path_map.values()) if self.path_map else []
 
 
 class StateGraph(Generic[S]):
@@ -93,7 +80,5 @@ class StateGraph(Generic[S]):
 
     def compile(self, checkpointer: BaseCheckpointer | None = None) -> CompiledGraph[S]:
         """Check the graph and bind it to *checkpointer* (an InMemoryCheckpointer when None)."""
-        from tenxgraph.core.graph.compiled import CompiledGraph
-
         self.validate()
         return CompiledGraph(self, checkpointer)

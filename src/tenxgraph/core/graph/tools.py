@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
+from tenxgraph.core.graph.tool_call import ToolCallInfo
 from tenxgraph.core.state.messages import JSON
 
 
@@ -64,8 +65,6 @@ def json_schema_for(hint: Any) -> dict[str, JSON]:
 
 
 def _is_context(hint: Any) -> bool:
-    from tenxgraph.core.graph.utils.invoke_node_handler import ToolCallInfo
-
     return hint is ToolCallInfo
 
 

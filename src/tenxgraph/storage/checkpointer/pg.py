@@ -51,7 +51,7 @@ try:
     from psycopg import sql
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-    from tenxgraph.storage.checkpointer import pg_connect
+    import tenxgraph.storage.checkpointer.pg_connect as pg_connect
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(f"{_EXTRA_HINT} ({exc})") from exc
 

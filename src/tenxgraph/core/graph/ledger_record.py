@@ -1,0 +1,69 @@
+"""What one tool call produced, and its ledger record: the format (versioned), encoding and decoding."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock
+from tenxgraph.errors import SerializationError
+
+RECORD_VERSION = 1
+"""The format of records this runtime writes; a record of a newer format is refused on read, never misread."""
+
+
+def result_message_id(key: str | None) -> str:
+    """A tool result's message id: derived from the ledger key, so a replay yields the same message."""
+    return f"tool_{uuid.uuid5(uuid.NAMESPACE_URL, key).hex}" if key else f"tool_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecution:
+    """What one tool call produced, and how."""
+
+    call: ToolCallBlock
+    key: str | None
+    result: ToolResultBlock
+    update: dict[str, JSON] | None = None
+    replayed: bool = False
+    recorded: bool = False
+
+    def message(self) -> Message:
+        metadata: dict[str, JSON] = {"tool": self.call.name}
+        if self.replayed:
+            metadata["replayed"] = True
+        return Message.tool(self.result, message_id=result_message_id(self.key), metadata=metadata)
+
+
+def encode_record(execution: ToolExecution) -> dict[str, JSON]:
+    return {
+        "v": RECORD_VERSION,
+        "kind": "value",
+        "tool": execution.call.name,
+        "call_id": execution.call.id,
+        "output": execution.result.output,
+        "is_error": execution.result.is_error,
+        "status": execution.result.status,
+        "update": execution.update,
+    }
+
+
+def decode_record(call: ToolCallBlock, key: str, record: Mapping[str, JSON]) -> ToolExecution:
+    version = record.get("v", 1)
+    if not isinstance(version, int) or version > RECORD_VERSION:
+        raise SerializationError(
+            f"ledger record {key!r} has format version {version!r}; this runtime reads versions up to "
+            f"{RECORD_VERSION}: run a newer tenxgraph to resume this thread"
+        )
+    result = ToolResultBlock(
+        call_id=call.id,
+        output=record.get("output"),
+        is_error=bool(record.get("is_error", False)),
+        status=str(record.get("status", "success")),
+    )
+    return ToolExecution(call, key, result, update=record.get("update"), replayed=True, recorded=True)
+
+
+def error_execution(call: ToolCallBlock, key: str | None, text: str, status: str = "error") -> ToolExecution:
+    return ToolExecution(call, key, ToolResultBlock(call.id, text, is_error=True, status=status))

@@ -1,0 +1,119 @@
+"""The tool call being executed: its context (what a tool body may know about itself), the observers told about
+every executed call, and the order in which parallel calls may complete under a test harness."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallInfo:
+    """The tool call being executed: what a tool body (or an observer) may know about itself."""
+
+    thread_id: str
+    message_id: str
+    call_id: str | None
+    tool: str
+    index: int
+    key: str | None
+    use_ledger: bool
+    #: The tool's in-doubt policy ("retry", "fail", "reconcile"), None when it did not opt in.
+    on_in_doubt: str | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key for external APIs: the same on every replay and in every process, different for every other call.
+
+        Derived from (thread_id, assistant message id, tool_call_id); pass it to payment or email providers.
+        """
+        digest = hashlib.sha256(f"{self.thread_id}\x00{self.execution_id}".encode()).hexdigest()
+        return f"tenx-{digest[:40]}"
+
+    @property
+    def execution_id(self) -> str:
+        """The ledger key, or (unprotected call) a stand-in that is still stable across replays of the message."""
+        return self.key or f"unkeyed:{self.message_id}:{self.index}:{self.tool}"
+
+
+ToolContext = ToolCallInfo
+"""Declare a parameter of this type in a tool to receive the call's context (never shown to the model)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEvent:
+    """What a :data:`ToolObserver` is told. ``kind`` is ``"start"`` (the body is about to run), ``"end"`` (it
+    returned or raised: ``output`` is what it returned, or the error text, with ``is_error``), ``"recorded"`` (its
+    ledger record is written), ``"timeout"`` (it was cancelled) or ``"in_doubt"`` (a resume found its intent
+    without a result). After a crash, a call whose last event is ``start`` was in flight, and one whose last event
+    is ``end`` was between return and record."""
+
+    kind: str
+    call: ToolCallInfo
+    output: object = None
+    is_error: bool = False
+
+
+ToolObserver = Callable[[ToolEvent], None]
+"""Called with every :class:`ToolEvent` of executed (not replayed) calls."""
+_observers: list[ToolObserver] = []
+current_call_var: contextvars.ContextVar[ToolCallInfo | None] = contextvars.ContextVar("tenxgraph_tool", default=None)
+
+CompletionOrder = Callable[[list[ToolCallInfo]], list[int]]
+"""Given the calls of a batch that are about to run, the order (a permutation of their ``index``) in which they may
+pass from their return to their record. Installed by test harnesses only (:func:`set_completion_order`)."""
+_completion_order: CompletionOrder | None = None
+
+
+def current_tool_call() -> ToolCallInfo | None:
+    """Inside a tool body: the call being executed (thread, message id, tool_call_id, ledger key)."""
+    return current_call_var.get()
+
+
+def add_tool_observer(observer: ToolObserver) -> Callable[[], None]:
+    """Call *observer* with the :class:`ToolEvent` of every executed call (not of replays).
+
+    Returns a function that removes it. Instrumentation for test harnesses; observers must be quick."""
+    _observers.append(observer)
+    return lambda: _observers.remove(observer) if observer in _observers else None
+
+
+def notify(kind: str, info: ToolCallInfo, output: object = None, is_error: bool = False) -> None:
+    if _observers:
+        event = ToolEvent(kind, info, output, is_error)
+        for observer in list(_observers):
+            observer(event)
+
+
+def completion_order() -> CompletionOrder | None:
+    return _completion_order
+
+
+def set_completion_order(order: CompletionOrder | None) -> None:
+    """Make parallel calls pass from return to record one at a time, in the order *order* gives (None: as they
+    come). Bodies still run concurrently; a returned call waits for its turn before it is reported and recorded.
+    The crash-matrix harness installs a seeded order so that which siblings have returned or been recorded when a
+    crash fires is decided by the seed, not by timing."""
+    global _completion_order
+    _completion_order = order
+
+
+class BatchTurns:
+    """The seeded completion order of one batch: a call may pass once every call before it in the order is done."""
+
+    def __init__(self, order: list[int]) -> None:
+        self.order = order
+        self.done = {index: asyncio.Event() for index in order}
+
+    async def wait(self, index: int) -> None:
+        for before in self.order[: self.order.index(index)]:
+            await self.done[before].wait()
+
+    def finish(self, index: int) -> None:
+        self.done[index].set()
+
+
+turns_var: contextvars.ContextVar[BatchTurns | None] = contextvars.ContextVar("tenxgraph_turns", default=None)
