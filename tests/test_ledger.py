@@ -390,3 +390,26 @@ def test_a_repeated_tool_call_id_in_one_message_never_merges_two_calls(
     assert len(checkpointer.list_tool_results("t")) == 2
     assert sorted(set(refunds)) == ["1042", "2001"] and len(refunds) <= 3  # both ran; only an unrecorded one again
     assert len({m.message_id for m in result.messages}) == len(result.messages)
+
+
+def test_a_record_of_a_newer_format_is_refused_never_misread(checkpointer: BaseCheckpointer) -> None:
+    """The record format carries its version; a runtime that cannot read it stops instead of guessing."""
+    from tenxgraph.errors import SerializationError
+
+    runs: list[str] = []
+
+    def refund_order() -> str:
+        """Refund."""
+        runs.append("refund")
+        return "refunded"
+
+    script = [Reply(tool_calls=[("refund_order", {})]), "done"]
+    with crashpoints.armed("tool.before_invoke", hit=1), pytest.raises(CrashInjected):
+        agent(checkpointer, script, [refund_order]).invoke({"messages": MSG}, {"thread_id": "t"})
+    [assistant] = [m for m in checkpointer.list_messages("t") if m.role == "assistant"]
+    key = ledger_key(assistant.message_id, assistant.tool_calls[0].id)
+    assert key is not None
+    checkpointer.put_tool_result("t", key, {"v": 99, "kind": "value", "tool": "refund_order", "output": "?"})
+    with pytest.raises(SerializationError, match="format version 99; this runtime reads versions up to 1"):
+        agent(checkpointer, script, [refund_order]).invoke(None, {"thread_id": "t"})
+    assert runs == []  # not run again either
