@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from benchmarks import bench
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+from tests.helpers import SpyCheckpointer
 
 
 def test_compare_interleaves_and_reports_each_contender() -> None:
@@ -15,12 +16,12 @@ def test_compare_interleaves_and_reports_each_contender() -> None:
 
 
 def test_scenario_runs_with_and_without_the_ledger() -> None:
-    cp = InMemoryCheckpointer()
-    bench.ours(cp)()
-    bench.ours_without_ledger(cp)()
-    threads_with_records = [t for t in list(cp._ledger) if cp._ledger[t]]
-    assert len(threads_with_records) == 1  # only the run with the ledger recorded its 2 calls
-    assert len(cp._ledger[threads_with_records[0]]) == 2
+    with_ledger, without = SpyCheckpointer(InMemoryCheckpointer()), SpyCheckpointer(InMemoryCheckpointer())
+    bench.ours(with_ledger)()
+    bench.ours_without_ledger(without)()
+    assert with_ledger.calls["put_tool_result"] == 2 and with_ledger.calls["get_tool_results"] == 1
+    assert without.calls["put_tool_result"] == 0 and without.calls["get_tool_results"] == 0  # nothing reached storage
+    assert without.calls["put_thread"] == with_ledger.calls["put_thread"]  # the same run otherwise
 
 
 def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> None:

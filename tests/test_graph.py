@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,7 @@ from tenxgraph import END, AgentState, Message, StateGraph
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected
 from tenxgraph.core.graph import current_run
+from tenxgraph.core.graph.config import RunConfig
 from tenxgraph.errors import (
     ConfigError,
     GraphBuildError,
@@ -24,7 +24,6 @@ from tenxgraph.errors import (
     ThreadBusyError,
 )
 from tenxgraph.storage.checkpointer import BaseCheckpointer
-from tenxgraph.utils import constants
 from tenxgraph.utils.sync import run_sync
 
 
@@ -193,8 +192,11 @@ def test_missing_thread_id_is_generated_with_a_warning(caplog: pytest.LogCapture
     assert app.get_state(result.thread_id) == result.state
 
 
-def test_timeout_defaults() -> None:
-    assert constants.NODE_TIMEOUT == 900 and constants.TOOL_TIMEOUT == 300
+def test_a_run_gets_the_documented_timeouts_unless_its_config_says_otherwise() -> None:
+    default = RunConfig.parse({"thread_id": "t"})
+    assert (default.node_timeout, default.tool_timeout, default.lock_timeout) == (900.0, 300.0, None)
+    custom = RunConfig.parse({"thread_id": "t", "node_timeout": 0, "tool_timeout": None, "lock_timeout": 2})
+    assert (custom.node_timeout, custom.tool_timeout, custom.lock_timeout) == (None, None, 2.0)
 
 
 def test_node_timeout_names_node_and_limit(checkpointer: BaseCheckpointer) -> None:
@@ -358,4 +360,3 @@ def test_stream_yields_node_events_then_the_result(checkpointer: BaseCheckpointe
     assert events[0].update == {"visits": ["A"]} and events[0].messages[0].text == "from A"
     final = events[-1].result
     assert final is not None and final.state.visits == ["A", "B", "C"]
-    assert time.time() > 0

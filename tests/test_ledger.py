@@ -24,7 +24,7 @@ from tests.helpers import SpyCheckpointer
 MSG = [Message.text_message("refund order 1042")]
 
 
-class Effects:
+class ToolRuns:
     """Counts real executions of tool bodies by name."""
 
     def __init__(self) -> None:
@@ -53,7 +53,7 @@ def test_ledger_key_combines_message_id_and_tool_call_id() -> None:
 
 
 def test_call_ids_repeat_every_turn_but_keys_do_not(checkpointer: BaseCheckpointer) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     script = [Reply(tool_calls=[("send_email", {})]), Reply(tool_calls=[("send_email", {})]), "sent twice"]
     result = agent(checkpointer, script, [fx.tool("send_email")]).invoke({"messages": MSG}, {"thread_id": "t"})
     assert fx.runs["send_email"] == 2  # the second call_1 is a new call, not a replay of the first
@@ -64,7 +64,7 @@ def test_call_ids_repeat_every_turn_but_keys_do_not(checkpointer: BaseCheckpoint
 
 
 def test_recorded_call_is_replayed_not_rerun(checkpointer: BaseCheckpointer) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     tools = [fx.tool("lookup_order"), fx.tool("refund_order")]
     script = [Reply(tool_calls=[("lookup_order", {})]), Reply(tool_calls=[("refund_order", {})]), "done"]
     # node.after_complete: hit 1 MAIN, 2 TOOL(lookup), 3 MAIN, 4 TOOL(refund): the refund ran and was recorded
@@ -108,7 +108,7 @@ def test_replay_restores_error_flag_and_state_update(checkpointer: BaseCheckpoin
 
 
 def test_regenerated_assistant_message_gets_new_keys(checkpointer: BaseCheckpointer) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     generated: list[Message] = []
     scripted = ScriptedModel([Reply(tool_calls=[("refund_order", {})]), "done"])
 
@@ -135,7 +135,7 @@ def test_regenerated_assistant_message_gets_new_keys(checkpointer: BaseCheckpoin
 def test_missing_ids_run_unprotected_with_a_warning(
     checkpointer: BaseCheckpointer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     no_id = Message.assistant("", [ToolCallBlock(None, "refund_order", {})])
     with (
         caplog.at_level(logging.WARNING, logger="tenxgraph"),
@@ -150,7 +150,7 @@ def test_missing_ids_run_unprotected_with_a_warning(
 
 
 def test_node_reads_all_keys_in_one_batch(checkpointer: BaseCheckpointer) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     spy = SpyCheckpointer(checkpointer)
     script = [Reply(tool_calls=[("a", {}), ("b", {}), ("c", {})]), "done"]
     result = agent(spy, script, [fx.tool("a"), fx.tool("b"), fx.tool("c")]).invoke(
@@ -180,7 +180,7 @@ def sibling_probe(sibling_key_suffix: str) -> Any:
 
 
 def test_each_record_is_written_as_soon_as_its_tool_returns(checkpointer: BaseCheckpointer) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     script = [Reply(tool_calls=[("fast", {}), ("waits_for_sibling", {})]), "done"]
     tools = [fx.tool("fast"), sibling_probe(":call_1")]
     result = agent(checkpointer, script, tools).invoke({"messages": MSG}, {"thread_id": "t"})
@@ -188,7 +188,7 @@ def test_each_record_is_written_as_soon_as_its_tool_returns(checkpointer: BaseCh
 
 
 def test_parallel_crash_after_sibling_finished_does_not_rerun_sibling(checkpointer: BaseCheckpointer) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     slow_runs: list[int] = []
     probe = sibling_probe(":call_1")
 
@@ -232,7 +232,7 @@ def test_crash_in_one_call_stops_unfinished_siblings(checkpointer: BaseCheckpoin
 
 
 def test_gap_crash_after_return_before_record_reruns_the_tool(checkpointer: BaseCheckpointer) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     script = [Reply(tool_calls=[("refund_order", {})]), "done"]
     with crashpoints.armed("tool.after_return", hit=1), pytest.raises(CrashInjected):
         agent(checkpointer, script, [fx.tool("refund_order")]).invoke({"messages": MSG}, {"thread_id": "t"})
@@ -262,7 +262,7 @@ def test_timeout_is_not_recorded(checkpointer: BaseCheckpointer) -> None:
 def test_ledger_read_failure_warns_and_runs_the_tool(
     checkpointer: BaseCheckpointer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     script = [Reply(tool_calls=[("refund_order", {})]), "done"]
     with crashpoints.armed("node.after_complete", hit=2), pytest.raises(CrashInjected):
         agent(checkpointer, script, [fx.tool("refund_order")]).invoke({"messages": MSG}, {"thread_id": "t"})
@@ -279,7 +279,7 @@ def test_ledger_read_failure_warns_and_runs_the_tool(
 def test_ledger_write_failure_logs_error_and_the_run_continues(
     checkpointer: BaseCheckpointer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     script = [Reply(tool_calls=[("refund_order", {})]), "done"]
     with caplog.at_level(logging.ERROR, logger="tenxgraph"), crashpoints.armed("ledger.write_error"):
         result = agent(checkpointer, script, [fx.tool("refund_order")]).invoke({"messages": MSG}, {"thread_id": "t"})
@@ -332,7 +332,7 @@ def test_a_result_no_backend_can_store_is_a_recorded_error_and_never_runs_again(
 
 
 def test_streaming_runs_use_the_ledger_and_flag_replays(checkpointer: BaseCheckpointer) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     script = [Reply(tool_calls=[("refund_order", {})]), "done"]
     with crashpoints.armed("node.after_complete", hit=2), pytest.raises(CrashInjected):
         list(agent(checkpointer, script, [fx.tool("refund_order")]).stream({"messages": MSG}, {"thread_id": "t"}))
@@ -346,7 +346,7 @@ def test_streaming_runs_use_the_ledger_and_flag_replays(checkpointer: BaseCheckp
 
 
 def test_prune_keeps_the_ledger_of_an_interrupted_run(checkpointer: BaseCheckpointer) -> None:
-    fx = Effects()
+    fx = ToolRuns()
     script = [Reply(tool_calls=[("refund_order", {})]), "done"]
     with crashpoints.armed("tool.after_record", hit=1), pytest.raises(CrashInjected):
         agent(checkpointer, script, [fx.tool("refund_order")]).invoke({"messages": MSG}, {"thread_id": "t"})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -273,14 +272,13 @@ def test_seed_is_printed_and_last_reuses_it(pytester: pytest.Pytester) -> None:
     again.stdout.fnmatch_lines([f"replaysafe: crash matrix on, seed {seed} *"])
 
 
-def test_markdown_summary_goes_to_github_step_summary(pytester: pytest.Pytester, tmp_path: Path) -> None:
+def test_markdown_summary_goes_to_github_step_summary(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write(pytester, PROTECTED)
     summary = tmp_path / "summary.md"
-    os.environ["GITHUB_STEP_SUMMARY"] = str(summary)
-    try:
-        run(pytester, "--crash-matrix", "--crash-points=tool.after_record", "--crash-seed=3")
-    finally:
-        del os.environ["GITHUB_STEP_SUMMARY"]
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    run(pytester, "--crash-matrix", "--crash-points=tool.after_record", "--crash-seed=3")
     text = summary.read_text()
     assert "### Crash matrix (seed 3)" in text and "| `tool.after_record` |" in text and "protected" in text
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-#: Conditions of a single call that leave it unprotected, whatever the crash point.
-CONDITIONS = ("in_flight", "after_return", "timeout", "missing_id")
-
 
 @dataclass(frozen=True, slots=True)
 class GapRule:

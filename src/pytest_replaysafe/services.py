@@ -12,7 +12,6 @@ import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
@@ -137,10 +136,6 @@ def drop_schema(dsn: str, schema: str) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
-
-def checkpointer_kwargs(dsn: str, redis_url: str | None, schema: str) -> dict[str, Any]:
-    return {"postgres_dsn": dsn, "redis_url": redis_url, "schema": schema}
 
 
 def delete_redis_keys(url: str, prefix: str) -> int:

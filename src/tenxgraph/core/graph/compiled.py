@@ -108,7 +108,7 @@ class CompiledGraph(Generic[S]):
     async def ainvoke(self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> RunResult[S]:
         """Run the thread to the end: start it, continue it with new input, or resume an interrupted run."""
         result: RunResult[S] | None = None
-        async for event in self._run(input, RunConfig.parse(config), use_ledger=True):
+        async for event in self._run(input, RunConfig.parse(config)):
             result = event.result
         assert result is not None
         return result
@@ -121,7 +121,7 @@ class CompiledGraph(Generic[S]):
     ) -> AsyncGenerator[StreamEvent, None]:
         """Like ``ainvoke`` (the same run loop and ledger), yielding an event per finished node and a final one
         with the result. A replayed tool result shows as ``event.replayed``."""
-        async for event in self._run(input, RunConfig.parse(config), use_ledger=True):
+        async for event in self._run(input, RunConfig.parse(config)):
             yield event
 
     def stream(self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> Iterator[StreamEvent]:
@@ -174,9 +174,7 @@ class CompiledGraph(Generic[S]):
                 f"fields: {sorted(self._fields)}"
             )
 
-    async def _run(
-        self, input: Mapping[str, Any] | None, cfg: RunConfig, use_ledger: bool
-    ) -> AsyncIterator[StreamEvent]:
+    async def _run(self, input: Mapping[str, Any] | None, cfg: RunConfig) -> AsyncIterator[StreamEvent]:
         new_messages, new_values = self._parse_input(input)
         async with hold_run_lock(self.checkpointer, cfg.thread_id, cfg.lock_timeout):  # one run per thread at a time
             cp = self.checkpointer
@@ -190,7 +188,7 @@ class CompiledGraph(Generic[S]):
                 state = self.state_schema.from_values(snap.values, await cp.alist_messages(tid))
                 version = snap.version
             seen = {m.message_id for m in state.messages}
-            run = _Run(self, cfg, state, version, seen, use_ledger)
+            run = _Run(self, cfg, state, version, seen)
 
             meta = state.meta
             if meta.status in ("running", "error") and meta.current_node not in (None, END):
@@ -230,10 +228,8 @@ class _Run(Generic[S]):
         state: S,
         version: int,
         seen: set[str],
-        use_ledger: bool,
     ) -> None:
         self.graph, self.cfg, self.state, self.version, self.seen = graph, cfg, state, version, seen
-        self.use_ledger = use_ledger
         self.steps = 0
 
     def unseen(self, messages: list[Message], source: str) -> list[Message]:
@@ -299,7 +295,7 @@ class _Run(Generic[S]):
         graph, cfg = self.graph, self.cfg
         fn = graph.nodes[node]
         view = dataclasses.replace(self.state, messages=list(self.state.messages))
-        token = set_current_run(RunContext(cfg, graph.checkpointer, node, self.use_ledger))
+        token = set_current_run(RunContext(cfg, graph.checkpointer, node))
         try:
             async with asyncio.timeout(cfg.node_timeout) as limit:
                 return await (fn(view) if graph._async_nodes[node] else to_thread(fn, view))

@@ -14,8 +14,6 @@ class RunContext:
     config: RunConfig
     checkpointer: BaseCheckpointer
     node: str
-    #: False only to measure what the ledger costs (benchmarks); every public entry point uses the ledger.
-    use_ledger: bool = True
 
     @property
     def thread_id(self) -> str:

@@ -20,7 +20,6 @@ class ToolCallInfo:
     tool: str
     index: int
     key: str | None
-    use_ledger: bool
     #: The tool's in-doubt policy ("retry", "fail", "reconcile"), None when it did not opt in.
     on_in_doubt: str | None = None
 

@@ -1,7 +1,8 @@
 """The checkpointer interface: versioned thread state, an append-only message log, and the tool ledger.
 
-A checkpointer is small on purpose (eight async methods); :mod:`tests.checkpointer_conformance` runs the same
-contract against every implementation. Sync wrappers come for free from this base class.
+A checkpointer is small on purpose: ten abstract async methods, plus the run lock (:meth:`arun_lock`) and its
+fencing check (:meth:`acheck_run_lock`), which have process-local defaults. :mod:`pytest_replaysafe.conformance`
+runs the same contract against every implementation. Sync wrappers come for free from this base class.
 
 Contract, for every backend:
 - Values go in and come out as copies (JSON round trip); nothing is shared by reference.
@@ -48,11 +49,6 @@ def check_thread_id(thread_id: object) -> str:
         raise ConfigError(f"thread_id {problem}")
     assert isinstance(thread_id, str)
     return thread_id
-
-
-def copy_json(value: JSON, what: str) -> JSON:
-    """A deep copy through JSON (so stored data is never shared and is always storable)."""
-    return json.loads(dumps(value, what))
 
 
 class BaseCheckpointer(ABC):

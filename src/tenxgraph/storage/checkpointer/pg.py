@@ -8,10 +8,15 @@ Schema (created by :meth:`setup`, idempotent, under an advisory lock): ``threads
 ``version``), ``messages``, ``tool_executions`` (the ledger: ``(thread_id, key)`` primary key, key TEXT never
 truncated, result JSONB, ``created_at`` indexed for pruning) and ``schema_version``.
 
-Round trips: a ledger write is one ``INSERT ... ON CONFLICT DO NOTHING``; a node's ledger read is one
-``SELECT ... key = ANY(...)``; a state write is one statement (compare-and-swap plus the new messages, in CTEs).
-Dropped connections are retried with bounded backoff; a retried state write whose first attempt may have
-committed is recognised as ours instead of being reported stale.
+Round trips: a ledger write is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE status = 'started'`` (a result
+replaces an intent, never another result); a node's ledger read is one ``SELECT ... key = ANY(...)``; a state
+write is one statement (compare-and-swap plus the new messages, in CTEs). While a run holds its thread's run
+lock, its state reads and writes and its ledger reads use the lock's own connection (fencing). Only transient
+failures are retried (:mod:`.pg_connect`); a retried state write whose first attempt may have committed is
+recognised as ours instead of being reported stale.
+
+This module is over the ~350-line guideline because connection lifecycle (fork, loop), migrations, the SQL, the
+run lock and the Redis cache still live together; splitting the cache and the SQL out is planned work.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ _MIGRATIONS: dict[int, list[str]] = {
     1: [s for s in _SCHEMA.split(";") if s.strip()],
     2: ["ALTER TABLE tool_executions ADD COLUMN status TEXT NOT NULL DEFAULT 'completed'"],
 }
-_MAX_VARS = 500
+_MAX_VARS = 500  # keys per IN (...) list, well under SQLite's variable limit
 _PRUNE = """
 DELETE FROM tool_executions WHERE rowid IN (
     SELECT te.rowid FROM tool_executions te
@@ -73,7 +73,7 @@ DELETE FROM tool_executions WHERE rowid IN (
           SELECT 1 FROM threads t
           WHERE t.thread_id = te.thread_id AND json_extract(t.state, '$.meta.status') IN (?, ?)))
     LIMIT ?)
-"""  # keys per IN (...) list, well under SQLite's variable limit
+"""
 
 
 log = logging.getLogger(LOGGER_NAME)

@@ -175,7 +175,7 @@ async def _execute(
         args = tool.parse_args(call.args)
     except ToolArgumentError as exc:
         return error_execution(call, key, str(exc))
-    if key is not None and ctx.use_ledger:
+    if key is not None:
         if in_doubt:
             resolved = await resolve_in_doubt(tool, call, key, args, ctx, info, _record)
             if resolved is not None:
@@ -208,7 +208,7 @@ async def _execute(
         else:
             execution = ToolExecution(call, key, ToolResultBlock(call.id, value))
     crash_point("tool.after_return")
-    if key is None or not ctx.use_ledger:
+    if key is None:
         return execution
     return await _record(execution, key, ctx)
 
@@ -311,10 +311,8 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
                 "tool_call_id" if message.message_id else "message id",
                 ctx.thread_id,
             )
-    records: Mapping[str, JSON] = {}
-    if ctx.use_ledger:
-        protected = {k: c for k, c in zip(keys, calls, strict=True) if k is not None}
-        records = await _read_ledger(list(dict.fromkeys(protected)), protected, ctx)
+    protected = {k: c for k, c in zip(keys, calls, strict=True) if k is not None}
+    records: Mapping[str, JSON] = await _read_ledger(list(dict.fromkeys(protected)), protected, ctx)
     results: list[ToolExecution | None] = []
     to_run: list[tuple[ToolCallBlock, str | None, ToolCallInfo, bool]] = []
     for index, (call, key) in enumerate(zip(calls, keys, strict=True)):
@@ -327,9 +325,7 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
             results.append(None)
             tool = tools.get(call.name)
             policy = tool.on_in_doubt if tool is not None else None
-            info = ToolCallInfo(
-                ctx.thread_id, message.message_id, call.id, call.name, index, key, ctx.use_ledger, policy
-            )
+            info = ToolCallInfo(ctx.thread_id, message.message_id, call.id, call.name, index, key, policy)
             to_run.append((call, key, info, in_doubt))
     order = completion_order()
     batch = [info for _, _, info, _ in to_run]
