@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tenxgraph.core.state.messages import Message, ToolCallBlock
-from tenxgraph.errors import SerializationError, StaleStateError
+from tenxgraph.errors import SerializationError, StaleStateError, ThreadBusyError
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.sync import run_sync
 
@@ -185,6 +185,34 @@ class CheckpointerConformance:
         assert checkpointer.put_tool_result(tid, "m:c", {"kind": "value", "output": "again"}) is False
         assert checkpointer.put_tool_intent(tid, "m:c", intent) is False  # never replaces a result
         assert checkpointer.get_tool_results(tid, ["m:c"]) == {"m:c": {"kind": "value", "output": "done"}}
+
+    # -- the run lock -----------------------------------------------------------------------------------
+    def test_run_lock_is_exclusive_per_thread_and_released(self, checkpointer: BaseCheckpointer) -> None:
+        tid, other = _tid(), _tid()
+
+        async def main() -> None:
+            async with checkpointer.arun_lock(tid):
+                with pytest.raises(ThreadBusyError):  # a second run of the thread is refused
+                    async with checkpointer.arun_lock(tid):
+                        pass
+                async with checkpointer.arun_lock(other):  # another thread is independent
+                    await checkpointer.acheck_run_lock(tid)  # held: the fencing check passes
+            async with checkpointer.arun_lock(tid):  # released when its holder ended
+                pass
+
+        run_sync(main())
+
+    def test_run_lock_is_released_when_its_holder_fails(self, checkpointer: BaseCheckpointer) -> None:
+        tid = _tid()
+
+        async def main() -> None:
+            with pytest.raises(RuntimeError, match="node failed"):
+                async with checkpointer.arun_lock(tid):
+                    raise RuntimeError("node failed")
+            async with checkpointer.arun_lock(tid):
+                pass
+
+        run_sync(main())
 
     # -- retention --------------------------------------------------------------------------------------
     def test_prune_keeps_young_records_and_records_of_resumable_threads(self, checkpointer: BaseCheckpointer) -> None:
