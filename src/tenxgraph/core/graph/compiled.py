@@ -152,18 +152,29 @@ class CompiledGraph(Generic[S]):
 
     # -- the run loop -----------------------------------------------------------------------------------
     def _parse_input(self, input: Mapping[str, Any] | None) -> tuple[list[Message], dict[str, Any]]:
-        if input is None:
+        """A run's input (strings become user messages): the one place input and node updates are split."""
+        return self.split_update(input, "input", ConfigError)
+
+    def split_update(
+        self, update: Any, source: str, error: type[Exception] = GraphBuildError
+    ) -> tuple[list[Message], dict[str, Any]]:
+        """``{"messages": [...], field: value}`` (or None) as its messages and its values, checked; strings in the
+        input become user messages."""
+        if update is None:
             return [], {}
-        if not isinstance(input, Mapping):
-            raise ConfigError(f"input must be a dict such as {{'messages': [...]}} or None, got {type(input).__name__}")
-        values = dict(input)
+        if not isinstance(update, Mapping):
+            if source == "input":
+                raise error(f"input must be a dict such as {{'messages': [...]}} or None, got {type(update).__name__}")
+            raise error(f"{source} returned {type(update).__name__}; return a dict of updates or None")
+        values = dict(update)
         raw = values.pop("messages", [])
         raw = [raw] if isinstance(raw, Message | str) else list(raw)
-        messages = [Message.user(m) if isinstance(m, str) else m for m in raw]
+        messages = [Message.user(m) if isinstance(m, str) and source == "input" else m for m in raw]
         for m in messages:
             if not isinstance(m, Message):
-                raise ConfigError(f"input messages must be Message objects or strings, got {type(m).__name__}")
-        self._check_fields(values, "input")
+                kinds = "Message objects or strings" if source == "input" else "Message objects"
+                raise error(f"{source} gave {m!r} in 'messages'; give {kinds}")
+        self._check_fields(values, source)
         return messages, values
 
     def _check_fields(self, values: Mapping[str, Any], source: str) -> None:
@@ -325,19 +336,9 @@ class _Run(Generic[S]):
         raise exc
 
     def _apply(self, node: str, update: Any) -> tuple[list[Message], dict[str, Any]]:
-        if update is None:
-            return [], {}
-        if not isinstance(update, Mapping):
-            raise GraphBuildError(f"node {node!r} returned {type(update).__name__}; return a dict of updates or None")
-        values = dict(update)
-        raw = values.pop("messages", [])
-        raw = [raw] if isinstance(raw, Message) else list(raw)
-        self.graph._check_fields(values, f"node {node!r}")
+        raw, values = self.graph.split_update(update, f"node {node!r}")
         for name, value in values.items():
             setattr(self.state, name, value)
-        for message in raw:
-            if not isinstance(message, Message):
-                raise GraphBuildError(f"node {node!r} returned a non-Message in 'messages': {message!r}")
         fresh = self.unseen(raw, f"node {node!r}")
         self.seen.update(m.message_id for m in fresh)
         self.state.messages.extend(fresh)

@@ -2,8 +2,9 @@
 
 For the tool calls of one assistant message:
 
-1. Each call's ledger key is ``"{message_id}:{tool_call_id}"`` (:func:`ledger_key`). ``call_1`` repeats every
-   turn; the pair does not. A call without either id has no key: it runs unprotected, with a warning.
+1. Each call's ledger key is ``"{message_id}:{tool_call_id}"`` (:func:`ledger_key`, :func:`call_keys`). ``call_1``
+   repeats every turn; the pair does not. A message always has an id; a call the model sent without a
+   ``tool_call_id`` has no key: it runs unprotected, with a warning.
 2. Before invoking anything, the records of all keys are read in one batched call. A call with a record is not
    invoked: its recorded result (output, error flag, state update) is returned, flagged ``replayed``.
 3. Calls without a record run concurrently. Each one's record is written as soon as that tool returns, before
@@ -304,11 +305,10 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
         )
     for call, key in zip(calls, keys, strict=True):
         if key is None:
-            log.warning(
-                "tool call %r of message %r has no %s: it runs without replay protection (thread %r)",
+            log.warning(  # (a Message always has a message id: only the model can leave the call's id out)
+                "tool call %r of message %r has no tool_call_id: it runs without replay protection (thread %r)",
                 call.name,
                 message.message_id,
-                "tool_call_id" if message.message_id else "message id",
                 ctx.thread_id,
             )
     protected = {k: c for k, c in zip(keys, calls, strict=True) if k is not None}
