@@ -504,3 +504,11 @@ def test_the_ci_extra_brings_the_plugins_drivers_and_xdist() -> None:
     ci = [r for r in requires("10xgraph") or [] if r.replace('"', "'").endswith("extra == 'ci'")]
     assert any(r.startswith("pytest-xdist") for r in ci) and any(r.startswith("pytest>") for r in ci)
     assert any("pg-checkpoint" in r or "psycopg" in r for r in ci)
+
+
+def test_a_schema_newer_than_this_code_is_refused(pg_dsn: str, pg_schema: str) -> None:
+    PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema).setup()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("INSERT INTO {}.schema_version (version) VALUES (99)").format(sql.Identifier(pg_schema)))
+    with pytest.raises(ConfigError, match=r"at schema version 99, newer than this 10xgraph's \(2\); upgrade"):
+        PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema).get_thread("t")

@@ -21,7 +21,7 @@ import json
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -236,6 +236,28 @@ async def _local_run_lock(owner: object, thread_id: str) -> AsyncIterator[None]:
     finally:
         with _local_locks_guard:
             _local_locks.discard(key)
+
+
+def migration_plan(current: int, migrations: Mapping[int, list[str]], where: str) -> list[tuple[int, list[str]]]:
+    """The forward migrations that take a store from schema version *current* to the newest one, in order; a
+    store newer than this code is a :class:`ConfigError` (never downgraded, never misread)."""
+    newest = max(migrations)
+    if current > newest:
+        raise ConfigError(
+            f"{where} is at schema version {current}, newer than this 10xgraph's ({newest}); upgrade 10xgraph"
+        )
+    return [(version, migrations[version]) for version in range(current + 1, newest + 1)]
+
+
+async def prune_in_batches(delete_batch: Callable[[], Awaitable[int]], batch_size: int) -> int:
+    """Call *delete_batch* (one short transaction deleting up to *batch_size* records) until a batch comes back
+    short; other writers get in between batches. Returns how many were deleted in all."""
+    deleted = 0
+    while True:
+        batch = await delete_batch()
+        deleted += batch
+        if batch < batch_size:
+            return deleted
 
 
 def check_prune_args(older_than: timedelta, batch_size: int) -> float:

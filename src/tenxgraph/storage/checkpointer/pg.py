@@ -46,6 +46,8 @@ from tenxgraph.storage.checkpointer.base import (
     check_prune_args,
     check_thread_id,
     encode_messages,
+    migration_plan,
+    prune_in_batches,
 )
 from tenxgraph.utils.constants import LOGGER_NAME
 
@@ -66,7 +68,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(LOGGER_NAME)
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -291,13 +292,8 @@ class PgCheckpointer(BaseCheckpointer):
             cur = await conn.execute(sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version").format(schema))
             row = await cur.fetchone()
             current = int(row[0]) if row else 0
-            if current > SCHEMA_VERSION:
-                raise ConfigError(
-                    f"schema {self.schema!r} is at version {current}, newer than this 10xgraph ({SCHEMA_VERSION}); "
-                    "upgrade 10xgraph"
-                )
-            for version in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[version]:
+            for version, statements in migration_plan(current, _MIGRATIONS, f"schema {self.schema!r}"):
+                for statement in statements:
                     await conn.execute(sql.SQL(statement).format(schema=schema))
                 await conn.execute(
                     sql.SQL("INSERT INTO {}.schema_version (version) VALUES (%s)").format(schema), (version,)
@@ -432,7 +428,6 @@ class PgCheckpointer(BaseCheckpointer):
     ) -> int:
         """Batched deletes along the ``created_at`` index; each batch is its own short transaction."""
         check_prune_args(older_than, batch_size)
-        deleted = 0
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> int:
             cur = await conn.execute(
@@ -440,11 +435,7 @@ class PgCheckpointer(BaseCheckpointer):
             )
             return cur.rowcount
 
-        while True:
-            batch = await self._retrying("ledger prune", op)
-            deleted += batch
-            if batch < batch_size:
-                return deleted
+        return await prune_in_batches(lambda: self._retrying("ledger prune", op), batch_size)
 
     async def adelete_thread(self, thread_id: str) -> None:
         check_thread_id(thread_id)

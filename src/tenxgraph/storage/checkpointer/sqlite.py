@@ -32,10 +32,11 @@ from tenxgraph.storage.checkpointer.base import (
     check_thread_id,
     decode_record,
     encode_messages,
+    migration_plan,
+    prune_in_batches,
 )
 from tenxgraph.utils.constants import LOGGER_NAME
 
-SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS threads (
     thread_id  TEXT PRIMARY KEY,
@@ -121,12 +122,8 @@ class SqliteCheckpointer(BaseCheckpointer):
         conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
         with _transaction(conn):
             current = conn.execute("PRAGMA user_version").fetchone()[0]
-            if current > SCHEMA_VERSION:
-                raise ConfigError(
-                    f"{self.path} has schema version {current}, newer than this 10xgraph ({SCHEMA_VERSION}); upgrade"
-                )
-            for version in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[version]:
+            for version, statements in migration_plan(current, _MIGRATIONS, str(self.path)):
+                for statement in statements:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version={version}")
         self._conn, self._pid = conn, os.getpid()
@@ -234,13 +231,14 @@ class SqliteCheckpointer(BaseCheckpointer):
         self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
     ) -> int:
         cutoff = time.time() - check_prune_args(older_than, batch_size)
-        deleted = 0
-        while True:  # short transactions: other processes can write between batches
+
+        async def delete_batch() -> int:
             with self._tx() as conn:
-                cur = conn.execute(_PRUNE, (cutoff, int(include_resumable), *RESUMABLE_STATUSES, batch_size))
-                deleted += cur.rowcount
-            if cur.rowcount < batch_size:
-                return deleted
+                return int(
+                    conn.execute(_PRUNE, (cutoff, int(include_resumable), *RESUMABLE_STATUSES, batch_size)).rowcount
+                )
+
+        return await prune_in_batches(delete_batch, batch_size)
 
     async def adelete_thread(self, thread_id: str) -> None:
         with self._tx() as conn:
