@@ -507,8 +507,14 @@ def test_the_ci_extra_brings_the_plugins_drivers_and_xdist() -> None:
 
 
 def test_a_schema_newer_than_this_code_is_refused(pg_dsn: str, pg_schema: str) -> None:
-    PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema).setup()
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("INSERT INTO {}.schema_version (version) VALUES (99)").format(sql.Identifier(pg_schema)))
-    with pytest.raises(ConfigError, match=r"at schema version 99, newer than this 10xgraph's \(2\); upgrade"):
-        PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema).get_thread("t")
+    first, second = (PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema) for _ in range(2))
+    try:
+        first.setup()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            table = sql.Identifier(pg_schema, "schema_version")
+            conn.execute(sql.SQL("INSERT INTO {} (version) VALUES (99)").format(table))
+        with pytest.raises(ConfigError, match=r"at schema version 99, newer than this 10xgraph's \(2\); upgrade"):
+            second.get_thread("t")
+    finally:
+        first.close()
+        second.close()
