@@ -321,7 +321,7 @@ def test_support_agent_on_postgres_in_process(pg_redis_checkpointer: PgCheckpoin
 
 def test_schema_v1_is_migrated_in_place(pg_dsn: str, pg_schema: str) -> None:
     """A database written by schema version 1 (no ledger status) gains the column; its records read as results."""
-    from tenxgraph.storage.checkpointer import pg as pg_module
+    from tenxgraph.storage.checkpointer.pg_sql import MIGRATIONS
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         schema = sql.Identifier(pg_schema)
@@ -332,7 +332,7 @@ def test_schema_v1_is_migrated_in_place(pg_dsn: str, pg_schema: str) -> None:
                 "NOT NULL DEFAULT now())"
             ).format(schema)
         )
-        for statement in pg_module._MIGRATIONS[1]:
+        for statement in MIGRATIONS[1]:
             conn.execute(sql.SQL(statement).format(schema=schema))  # type: ignore[arg-type]
         conn.execute(sql.SQL("INSERT INTO {}.schema_version (version) VALUES (1)").format(schema))
         conn.execute(

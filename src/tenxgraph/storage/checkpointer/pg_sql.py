@@ -1,0 +1,97 @@
+"""PgCheckpointer's SQL, as named text: the forward migrations of its schema and every statement it runs.
+
+``{schema}`` is filled in once per checkpointer with a validated identifier (``sql.Identifier``); every value is a
+``%s`` parameter. No SQL is ever built from input."""
+
+from __future__ import annotations
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE IF NOT EXISTS {schema}.threads (
+            thread_id  TEXT PRIMARY KEY,
+            version    BIGINT NOT NULL,
+            state      JSONB NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+        )""",
+        """CREATE TABLE IF NOT EXISTS {schema}.messages (
+            thread_id  TEXT NOT NULL,
+            message_id TEXT NOT NULL,
+            seq        BIGSERIAL NOT NULL,
+            data       JSONB NOT NULL,
+            PRIMARY KEY (thread_id, message_id)
+        )""",
+        "CREATE INDEX IF NOT EXISTS messages_thread_seq ON {schema}.messages (thread_id, seq)",
+        """CREATE TABLE IF NOT EXISTS {schema}.tool_executions (
+            thread_id  TEXT NOT NULL,
+            key        TEXT NOT NULL,
+            result     JSONB NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            PRIMARY KEY (thread_id, key)
+        )""",
+        "CREATE INDEX IF NOT EXISTS tool_executions_created_at ON {schema}.tool_executions (created_at)",
+    ],
+    # status: 'started' for an intent written before an opted-in tool runs, 'completed' for a result
+    2: ["ALTER TABLE {schema}.tool_executions ADD COLUMN IF NOT EXISTS status TEXT NOT NULL DEFAULT 'completed'"],
+}
+
+
+QUERIES = {
+    "get_thread": "SELECT version, state FROM {schema}.threads WHERE thread_id = %s",
+    # CAS + messages in one statement; the messages CTE reads from the write, so a lost CAS stores nothing.
+    "create_thread": """
+        WITH w AS (
+            INSERT INTO {schema}.threads (thread_id, version, state)
+            VALUES (%s, 1, %s::text::jsonb)
+            ON CONFLICT (thread_id) DO NOTHING
+            RETURNING version
+        ), m AS (
+            INSERT INTO {schema}.messages (thread_id, message_id, data)
+            SELECT %s, u.id, u.data::jsonb FROM w, unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(id, data, n)
+            ORDER BY u.n
+            ON CONFLICT (thread_id, message_id) DO NOTHING
+        )
+        SELECT version FROM w""",
+    "update_thread": """
+        WITH w AS (
+            UPDATE {schema}.threads SET version = version + 1, state = %s::text::jsonb, updated_at = now()
+            WHERE thread_id = %s AND version = %s
+            RETURNING version
+        ), m AS (
+            INSERT INTO {schema}.messages (thread_id, message_id, data)
+            SELECT %s, u.id, u.data::jsonb FROM w, unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(id, data, n)
+            ORDER BY u.n
+            ON CONFLICT (thread_id, message_id) DO NOTHING
+        )
+        SELECT version FROM w""",
+    "list_messages": "SELECT data FROM {schema}.messages WHERE thread_id = %s ORDER BY seq",
+    "append_messages": """
+        INSERT INTO {schema}.messages (thread_id, message_id, data)
+        SELECT %s, u.id, u.data::jsonb FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(id, data, n)
+        ORDER BY u.n
+        ON CONFLICT (thread_id, message_id) DO NOTHING""",
+    "get_results": "SELECT key, result FROM {schema}.tool_executions WHERE thread_id = %s AND key = ANY(%s)",
+    "put_result": """
+        INSERT INTO {schema}.tool_executions (thread_id, key, result, status)
+        VALUES (%s, %s, %s::text::jsonb, 'completed')
+        ON CONFLICT (thread_id, key) DO UPDATE SET result = EXCLUDED.result, status = 'completed', created_at = now()
+        WHERE {schema}.tool_executions.status = 'started'""",
+    "put_intent": """
+        INSERT INTO {schema}.tool_executions (thread_id, key, result, status)
+        VALUES (%s, %s, %s::text::jsonb, 'started')
+        ON CONFLICT (thread_id, key) DO NOTHING""",
+    "list_results": "SELECT key, result FROM {schema}.tool_executions WHERE thread_id = %s ORDER BY created_at, key",
+    "try_lock": "SELECT pg_try_advisory_lock(%s::bigint)",
+    "unlock": "SELECT pg_advisory_unlock(%s::bigint)",
+    "prune": """
+        DELETE FROM {schema}.tool_executions WHERE ctid IN (
+            SELECT te.ctid FROM {schema}.tool_executions te
+            WHERE te.created_at < now() - %s::interval
+              AND (%s OR NOT EXISTS (
+                  SELECT 1 FROM {schema}.threads t
+                  WHERE t.thread_id = te.thread_id AND t.state->'meta'->>'status' = ANY(%s)))
+            LIMIT %s)""",
+    "delete_results": "DELETE FROM {schema}.tool_executions WHERE thread_id = %s",
+    "delete_messages": "DELETE FROM {schema}.messages WHERE thread_id = %s",
+    "delete_thread": "DELETE FROM {schema}.threads WHERE thread_id = %s",
+}
