@@ -43,7 +43,7 @@ def record_before_run() -> None:
 
 
 def record_never_written() -> None:
-    async def record(execution: Any, key: str, ctx: Any) -> Any:
+    async def record(execution: Any, key: str, ctx: Any, info: Any) -> Any:
         crash_point("ledger.write_error")
         crash_point("tool.after_record")
         return execution
@@ -132,13 +132,12 @@ def stale_redis_trusted() -> None:
 def first_parallel_call_only_recorded() -> None:
     original = handler._record
 
-    async def record(execution: Any, key: str, ctx: Any) -> Any:
-        info = handler.current_tool_call()
-        if info is not None and info.index > 0:
+    async def record(execution: Any, key: str, ctx: Any, info: Any) -> Any:
+        if info.index > 0:
             crash_point("ledger.write_error")
             crash_point("tool.after_record")
             return execution
-        return await original(execution, key, ctx)
+        return await original(execution, key, ctx, info)
 
     handler._record = record
 

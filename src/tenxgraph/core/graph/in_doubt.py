@@ -9,15 +9,15 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from tenxgraph.core.graph.context import RunContext
-from tenxgraph.core.graph.ledger_record import RECORD_VERSION, ToolExecution, error_execution
+from tenxgraph.core.graph.ledger_record import RECORD_VERSION, ToolExecution, error_execution, execution_of
 from tenxgraph.core.graph.tool_call import ToolCallInfo, notify
-from tenxgraph.core.graph.tools import Tool, ToolOutput
-from tenxgraph.core.state.messages import JSON, ToolCallBlock, ToolResultBlock
+from tenxgraph.core.graph.tools import Tool
+from tenxgraph.core.state.messages import JSON, ToolCallBlock
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.events import emit_event
 
 log = logging.getLogger(LOGGER_NAME)
-Record = Callable[[ToolExecution, str, RunContext], Awaitable[ToolExecution]]
+Record = Callable[[ToolExecution, str, RunContext, ToolCallInfo], Awaitable[ToolExecution]]
 
 
 async def write_intent(call: ToolCallBlock, key: str, ctx: RunContext) -> None:
@@ -60,7 +60,7 @@ async def resolve_in_doubt(
             f"tool {call.name!r} is in doubt: a previous attempt started but its outcome is unknown, so it was not "
             "run again; check with the provider before retrying"
         )
-        return await record(error_execution(call, key, text, status="in_doubt"), key, ctx)
+        return await record(error_execution(call, key, text, status="in_doubt"), key, ctx, info)
     try:
         assert tool.reconcile is not None
         found = tool.reconcile(info.idempotency_key, args)
@@ -76,7 +76,4 @@ async def resolve_in_doubt(
         log.warning("tool %r was in doubt %s; reconcile says it did not happen: running it", call.name, where)
         return None
     log.warning("tool %r was in doubt %s; reconcile found its result: using it", call.name, where)
-    if isinstance(found, ToolOutput):
-        result = ToolResultBlock(call.id, found.content, found.is_error, "error" if found.is_error else "success")
-        return await record(ToolExecution(call, key, result, update=found.update), key, ctx)
-    return await record(ToolExecution(call, key, ToolResultBlock(call.id, found)), key, ctx)
+    return await record(execution_of(call, key, found), key, ctx, info)

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tenxgraph.core.graph.tools import ToolOutput
 from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock
 from tenxgraph.errors import SerializationError
 
@@ -67,3 +68,12 @@ def decode_record(call: ToolCallBlock, key: str, record: Mapping[str, JSON]) -> 
 
 def error_execution(call: ToolCallBlock, key: str | None, text: str, status: str = "error") -> ToolExecution:
     return ToolExecution(call, key, ToolResultBlock(call.id, text, is_error=True, status=status))
+
+
+def execution_of(call: ToolCallBlock, key: str | None, value: object) -> ToolExecution:
+    """What a tool (or a ``reconcile`` function) returned, as the call's execution: a :class:`ToolOutput`'s
+    content, error flag and state update, or any other value as the output."""
+    if isinstance(value, ToolOutput):
+        result = ToolResultBlock(call.id, value.content, value.is_error, "error" if value.is_error else "success")
+        return ToolExecution(call, key, result, update=value.update)
+    return ToolExecution(call, key, ToolResultBlock(call.id, value))

@@ -54,11 +54,6 @@ def check_thread_id(thread_id: object) -> str:
 class BaseCheckpointer(ABC):
     """Storage behind a compiled graph. Subclasses implement the ``a*`` methods."""
 
-    #: Short backend name used in logs, reports and the crash matrix.
-    backend_name: str = "base"
-    #: Whether stored data survives the death of the process that wrote it.
-    durable: bool = False
-
     # -- thread state -----------------------------------------------------------------------------------
     @abstractmethod
     async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:

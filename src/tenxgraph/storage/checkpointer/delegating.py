@@ -18,8 +18,6 @@ class DelegatingCheckpointer(BaseCheckpointer):
 
     def __init__(self, inner: BaseCheckpointer) -> None:
         self.inner = inner
-        self.durable = inner.durable
-        self.backend_name = inner.backend_name
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":  # not set yet (copying, unpickling): never recurse

@@ -24,9 +24,6 @@ from tenxgraph.storage.checkpointer.base import (
 class InMemoryCheckpointer(BaseCheckpointer):
     """Stores JSON text, so every read is a fresh copy and every write is checked to be storable."""
 
-    backend_name = "memory"
-    durable = False
-
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._threads: dict[str, tuple[int, str]] = {}

@@ -85,9 +85,6 @@ def validate_identifier(name: str, what: str = "schema") -> str:
 
 
 class PgCheckpointer(BaseCheckpointer):
-    backend_name = "postgres"
-    durable = True
-
     def __init__(
         self,
         postgres_dsn: str | None = None,

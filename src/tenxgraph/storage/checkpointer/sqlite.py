@@ -81,9 +81,6 @@ log = logging.getLogger(LOGGER_NAME)
 
 
 class SqliteCheckpointer(BaseCheckpointer):
-    backend_name = "sqlite"
-    durable = True
-
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0, create_dirs: bool = False) -> None:
         """``create_dirs``: create the database's folder if it is missing (logged). Off by default, so a mistyped
         path is an error here instead of a new, empty database somewhere else."""

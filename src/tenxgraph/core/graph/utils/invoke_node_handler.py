@@ -35,6 +35,7 @@ from tenxgraph.core.graph.ledger_record import (
     decode_record,
     encode_record,
     error_execution,
+    execution_of,
     result_message_id,
 )
 from tenxgraph.core.graph.tool_call import (
@@ -52,7 +53,7 @@ from tenxgraph.core.graph.tool_call import (
     turns_var,
 )
 from tenxgraph.core.graph.tools import Tool, ToolArgumentError, ToolOutput
-from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock
+from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock
 from tenxgraph.errors import RunLockLostError, SerializationError, ToolTimeoutError
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.events import emit_event
@@ -203,18 +204,14 @@ async def _execute(
         )
         execution = error_execution(call, key, f"{type(exc).__name__}: {exc}")
     else:
-        if isinstance(value, ToolOutput):
-            result = ToolResultBlock(call.id, value.content, value.is_error, "error" if value.is_error else "success")
-            execution = ToolExecution(call, key, result, update=value.update)
-        else:
-            execution = ToolExecution(call, key, ToolResultBlock(call.id, value))
+        execution = execution_of(call, key, value)
     crash_point("tool.after_return")
     if key is None:
         return execution
-    return await _record(execution, key, ctx)
+    return await _record(execution, key, ctx, info)
 
 
-async def _record(execution: ToolExecution, key: str, ctx: RunContext) -> ToolExecution:
+async def _record(execution: ToolExecution, key: str, ctx: RunContext, info: ToolCallInfo) -> ToolExecution:
     name = execution.call.name
     try:
         crash_point("ledger.write_error")
@@ -230,7 +227,7 @@ async def _record(execution: ToolExecution, key: str, ctx: RunContext) -> ToolEx
             exc.__cause__ or exc,
         )
         text = f"tool {name!r} returned a value that cannot be stored: {exc.__cause__ or exc}"
-        return await _record(error_execution(execution.call, key, text), key, ctx)  # storable: recorded, never re-run
+        return await _record(error_execution(execution.call, key, text), key, ctx, info)  # storable: never re-run
     except Exception as exc:
         log.error(
             "tool %r completed but its result was not recorded in the ledger (key %r, thread %r): %s: %s. "
@@ -242,9 +239,7 @@ async def _record(execution: ToolExecution, key: str, ctx: RunContext) -> ToolEx
             exc,
         )
         return execution
-    info = current_call_var.get()
-    if info is not None:
-        notify("recorded", info)
+    notify("recorded", info)
     crash_point("tool.after_record")
     return ToolExecution(execution.call, key, execution.result, execution.update, recorded=True)
 
