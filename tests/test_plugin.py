@@ -396,3 +396,20 @@ def test_help_lists_every_mode_and_the_service_variables(pytester: pytest.Pytest
     text = " ".join(result.stdout.str().split())
     assert "inprocess, sigkill, stream, concurrent" in text
     assert "REPLAYSAFE_PG_DSN" in text and "REPLAYSAFE_REDIS_URL" in text
+
+
+def test_grid_rows_follow_firing_order_and_inapplicable_columns_are_left_out() -> None:
+    from pytest_replaysafe import report
+
+    def cell(point: str, backend: str, mode: str, outcome: str) -> dict[str, object]:
+        return {"point": point, "backend": backend, "mode": mode, "outcome": outcome}
+
+    cells = [
+        cell(point, backend, mode, "not_applicable" if (backend, mode) == ("memory", "sigkill") else "protected")
+        for point in ("run.after_advance", "tool.after_record", "run.before_node")
+        for backend, mode in (("memory", "inprocess"), ("memory", "sigkill"), ("sqlite", "sigkill"))
+    ]
+    lines = report.text_grid(cells)
+    assert [line.split()[0] for line in lines[1:4]] == ["run.before_node", "tool.after_record", "run.after_advance"]
+    assert "memory/sigkill" not in lines[0] and "sqlite/sigkill" in lines[0]
+    assert any(line.startswith("not applicable, left out: memory/sigkill") for line in lines)

@@ -28,10 +28,19 @@ def write_json(path: Path, cells: Sequence[dict[str, Any]], seed: int) -> None:
     path.write_text(json.dumps(to_json(cells, seed), indent=2) + "\n")
 
 
+def _point_order(point: str) -> tuple[int, str]:
+    """Rows in the order the points fire in a run (the crash-point table's order), your own points last."""
+    from tenxgraph.core.crashpoints import POINTS
+
+    order = [p.name for p in POINTS]
+    return (order.index(point) if point in order else len(order), point)
+
+
 def _grid(cells: Sequence[dict[str, Any]]) -> tuple[list[str], list[str], dict[tuple[str, str], str]]:
-    """Points, columns, and per square the count of each outcome, worst first (``"5+ 2g"``, ``"1X 3+"``)."""
-    points = sorted({c["point"] for c in cells})
-    columns = sorted({f"{c['backend']}/{c['mode']}" for c in cells})
+    """Points (in firing order), columns, and per square the count of each outcome, worst first (``"5+ 2g"``).
+    A column whose every cell is not applicable is left out (see :func:`left_out`)."""
+    points = sorted({c["point"] for c in cells}, key=_point_order)
+    columns = sorted({f"{c['backend']}/{c['mode']}" for c in cells} - set(left_out(cells)))
     counts: dict[tuple[str, str], Counter[Outcome]] = {}
     for c in cells:
         counts.setdefault((c["point"], f"{c['backend']}/{c['mode']}"), Counter())[Outcome(c["outcome"])] += 1
@@ -46,6 +55,21 @@ def _grid(cells: Sequence[dict[str, Any]]) -> tuple[list[str], list[str], dict[t
     return points, columns, squares
 
 
+def left_out(cells: Sequence[dict[str, Any]]) -> list[str]:
+    """Columns (``backend/mode``) in which no cell applies: in-memory storage with a killed process."""
+    outcomes: dict[str, set[str]] = {}
+    for c in cells:
+        outcomes.setdefault(f"{c['backend']}/{c['mode']}", set()).add(c["outcome"])
+    return sorted(column for column, seen in outcomes.items() if seen == {str(Outcome.NOT_APPLICABLE)})
+
+
+def _left_out_line(cells: Sequence[dict[str, Any]]) -> list[str]:
+    columns = left_out(cells)
+    if not columns:
+        return []
+    return [f"not applicable, left out: {', '.join(columns)} (that storage does not survive a killed process)"]
+
+
 def totals_line(cells: Sequence[dict[str, Any]]) -> str:
     return ", ".join(f"{n} {o}" for o, n in summary(cells).items() if n) or "no cells"
 
@@ -58,6 +82,7 @@ def text_grid(cells: Sequence[dict[str, Any]]) -> list[str]:
     for p in points:
         row = [squares.get((p, c), "") for c in columns]
         lines.append(p.ljust(width) + "  " + "  ".join(s.rjust(w) for s, w in zip(row, col_w, strict=True)))
+    lines += _left_out_line(cells)
     lines.append(LEGEND)
     lines.append(f"cells: {len(cells)} ({totals_line(cells)})")
     return lines
@@ -80,7 +105,7 @@ def markdown(cells: Sequence[dict[str, Any]], seed: int) -> str:
     for p in points:
         row = [squares.get((p, c), "") for c in columns]
         out.append(f"| `{p}` | " + " | ".join(row) + " |")
-    out += ["", LEGEND, "", f"**{len(cells)} cells:** {totals_line(cells)}", ""]
+    out += ["", *_left_out_line(cells), LEGEND, "", f"**{len(cells)} cells:** {totals_line(cells)}", ""]
     gaps = sorted({(c["point"], c["gap"]) for c in cells if c["outcome"] == Outcome.KNOWN_GAP})
     if gaps:
         out.append("Known gaps shown: " + ", ".join(f"`{p}` ({g})" for p, g in gaps))
