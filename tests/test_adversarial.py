@@ -172,3 +172,14 @@ def test_a_message_id_reused_for_a_different_message_is_an_error_never_a_silent_
         )
     stored = checkpointer.list_messages("u")
     assert [m.text for m in stored if m.role == "user"] == ["refund 1042"]  # nothing half-written
+
+
+def test_one_input_that_repeats_a_message_id_adds_it_once_or_is_refused(checkpointer: BaseCheckpointer) -> None:
+    same = Message.user("refund 1042", message_id="req-9")
+    result = refund_agent(checkpointer, []).invoke({"messages": [same, same]}, {"thread_id": "dup"})
+    assert [m.message_id for m in result.messages].count("req-9") == 1
+    other = Message.user("refund 9999", message_id="req-10")
+    clash = Message.user("something else", message_id="req-10")
+    with pytest.raises(ConfigError, match="message id 'req-10'"):
+        refund_agent(checkpointer, []).invoke({"messages": [other, clash]}, {"thread_id": "clash"})
+    assert checkpointer.get_thread("clash") is None  # refused before anything was written

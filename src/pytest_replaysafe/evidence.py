@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tenxgraph.core.graph.tool_call import ToolEvent
@@ -58,7 +58,7 @@ class ExecutionLog:
         self.path = path
 
     def write(self, entry: Entry) -> None:
-        line = json.dumps({k: v for k, v in _asdict(entry).items() if v not in (None, False)})
+        line = json.dumps({k: v for k, v in asdict(entry).items() if v not in (None, False)})
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (line + "\n").encode())
@@ -92,10 +92,6 @@ class ExecutionLog:
             return []
         rows = (json.loads(line) for line in self.path.read_text().splitlines() if line.strip())
         return [Entry(**row) for row in rows if row["thread"] == thread]
-
-
-def _asdict(entry: Entry) -> dict[str, Any]:
-    return {name: getattr(entry, name) for name in Entry.__slots__}
 
 
 def unfinished(entries: list[Entry]) -> dict[str, str]:

@@ -21,6 +21,7 @@ from pytest_replaysafe.outcome import CellResult, Outcome
 
 if TYPE_CHECKING:
     from pytest_replaysafe.effects import Effects
+    from pytest_replaysafe.gaps import GapRule
     from pytest_replaysafe.harness import CrashRun
     from tenxgraph.storage.checkpointer.base import BaseCheckpointer
     from tenxgraph.storage.checkpointer.pg import PgCheckpointer
@@ -127,7 +128,7 @@ def crash_run(
         request.node.user_properties.append((CELL_PROPERTY, json.dumps(result.to_json())))
 
 
-def _default_rules() -> tuple:  # type: ignore[type-arg]
+def _default_rules() -> tuple[GapRule, ...]:
     from pytest_replaysafe.gaps import KNOWN_GAPS
 
     return KNOWN_GAPS

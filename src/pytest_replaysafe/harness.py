@@ -89,7 +89,7 @@ class CrashRun:
         self.missing_gap: str | None = None
         self.driven = False
         self.drives: list[_Drive] = []
-        self.hit: int | None = min(hits) if hits else 1
+        self.hit: int = min(hits) if hits else 1
         self._drive_index = 0
         self._execution_start = 0
         self._batches = 0
@@ -162,7 +162,7 @@ class CrashRun:
         detail = f"the test's own assertion failed: {type(exc).__name__}: {exc}".strip()
         mine = self.results[self._execution_start :]  # the cells this execution of the body recorded
         if not mine:
-            self._record(self.hit or 0, Outcome.FAILED, None, {}, 0.0, detail)
+            self._record(self.hit, Outcome.FAILED, None, {}, 0.0, detail)
         for r in mine:
             if r.outcome not in FAILING:
                 r.outcome, r.gap, r.detail = Outcome.FAILED, None, detail
@@ -295,7 +295,7 @@ class CrashRun:
         first = self._drive_index >= len(self.drives)
         drive = self._learn(app, input, config, stream) if first else self.drives[self._drive_index]
         hit = drive.reached if cell.budget else self.hit
-        if hit is None or hit < 1 or hit > drive.reached:
+        if hit > drive.reached:  # this execution's hit is past this drive's last: run it clean
             self.thread_id = drive.clean.thread_id
             if first:
                 return drive.clean

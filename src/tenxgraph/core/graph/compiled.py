@@ -246,19 +246,21 @@ class _Run(Generic[S]):
     def unseen(self, messages: list[Message], source: str) -> list[Message]:
         """The messages the thread does not hold yet. One it holds already is skipped (a retried request, a
         re-sent turn); a different message under an id the thread already uses is an error, never dropped."""
-        fresh: list[Message] = []
+        fresh: dict[str, Message] = {}
         for message in messages:
-            if message.message_id not in self.seen:
-                fresh.append(message)
+            if message.message_id not in self.seen and message.message_id not in fresh:
+                fresh[message.message_id] = message
                 continue
-            stored = next((m for m in self.state.messages if m.message_id == message.message_id), None)
+            stored = fresh.get(message.message_id) or next(
+                (m for m in self.state.messages if m.message_id == message.message_id), None
+            )
             if stored is not None and stored.to_dict() != message.to_dict():
                 raise (ConfigError if source == "input" else GraphBuildError)(
                     f"{source} has message id {message.message_id!r}, which thread {self.cfg.thread_id!r} already "
                     "uses for a different message; message ids must be unique (reuse one only to re-send the same "
                     "message)"
                 )
-        return fresh
+        return list(fresh.values())
 
     async def _write(self, messages: list[Message]) -> None:
         await self.graph.checkpointer.acheck_run_lock(self.cfg.thread_id)  # fencing, before every state write

@@ -116,3 +116,17 @@ class BatchTurns:
 
 
 turns_var: contextvars.ContextVar[BatchTurns | None] = contextvars.ContextVar("tenxgraph_turns", default=None)
+
+
+async def wait_for_turn(index: int) -> None:
+    """Under a completion order, wait until every call before *index* in this batch is done (else return)."""
+    turns = turns_var.get()
+    if turns is not None:
+        await turns.wait(index)
+
+
+def finish_turn(index: int) -> None:
+    """Call *index* of this batch is done: the next in the order may pass."""
+    turns = turns_var.get()
+    if turns is not None:
+        turns.finish(index)

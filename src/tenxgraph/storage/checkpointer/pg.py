@@ -61,7 +61,7 @@ try:
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
     import tenxgraph.storage.checkpointer.pg_connect as pg_connect
-    from tenxgraph.storage.checkpointer.pg_cache import RedisStateCache
+    from tenxgraph.storage.checkpointer.pg_cache import RedisStateCache, thread_key
     from tenxgraph.storage.checkpointer.pg_sql import MIGRATIONS, QUERIES
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(f"{_EXTRA_HINT} ({exc})") from exc
@@ -122,10 +122,9 @@ class PgCheckpointer(BaseCheckpointer):
         self.connect_timeout = float(connect_timeout)
         self.auto_setup = auto_setup
         self._user_pool = pool
-        self._user_redis = redis
         self._pool: AsyncConnectionPool | None = pool
         has_cache = redis_url is not None or redis is not None
-        self._cache = RedisStateCache(f"tenxgraph:{self.schema}:", cache_ttl, redis_url, redis) if has_cache else None
+        self._cache = RedisStateCache(self.cache_prefix, cache_ttl, redis_url, redis) if has_cache else None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = os.getpid()
         self._ready = False
@@ -138,7 +137,7 @@ class PgCheckpointer(BaseCheckpointer):
         }
 
     def __repr__(self) -> str:
-        cache = " +redis" if (self.redis_url or self._user_redis) else ""
+        cache = " +redis" if self._cache is not None else ""
         return f"PgCheckpointer(schema={self.schema!r}{cache})"
 
     @property
@@ -410,7 +409,7 @@ class PgCheckpointer(BaseCheckpointer):
 
     def cache_key(self, thread_id: str) -> str:
         """The Redis hash holding *thread_id*'s cached state (fields ``version`` and ``state``)."""
-        return f"{self.cache_prefix}thread:{thread_id}"
+        return thread_key(self.cache_prefix, thread_id)
 
     async def acache_put(self, thread_id: str, version: int, state_json: str) -> bool:
         """Write the cache if *version* is newer than the cached one (atomic). False if refused or Redis is down."""

@@ -30,6 +30,11 @@ return 1
 """
 
 
+def thread_key(prefix: str, thread_id: str) -> str:
+    """The Redis hash holding a thread's cached state (fields ``version`` and ``state``)."""
+    return f"{prefix}thread:{thread_id}"
+
+
 class RedisStateCache:
     """One schema's cache: *url* (we own the client) or *client* (yours to close)."""
 
@@ -40,8 +45,7 @@ class RedisStateCache:
         self._tasks: set[asyncio.Task[bool]] = set()
 
     def key(self, thread_id: str) -> str:
-        """The Redis hash holding *thread_id*'s cached state (fields ``version`` and ``state``)."""
-        return f"{self.prefix}thread:{thread_id}"
+        return thread_key(self.prefix, thread_id)
 
     def forget_after_fork(self) -> None:
         """A forked child never uses the parent's sockets."""

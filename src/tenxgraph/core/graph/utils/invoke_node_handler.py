@@ -48,9 +48,11 @@ from tenxgraph.core.graph.tool_call import (
     completion_order,
     current_call_var,
     current_tool_call,
+    finish_turn,
     notify,
     set_completion_order,
     turns_var,
+    wait_for_turn,
 )
 from tenxgraph.core.graph.tools import Tool, ToolArgumentError, ToolOutput
 from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock
@@ -106,21 +108,17 @@ async def _invoke(tool: Tool, info: ToolCallInfo, args: dict[str, JSON], timeout
     notify("start", info)
     if tool.injected:
         args = {**args, **{p: info if kind == "context" else info.idempotency_key for p, kind in tool.injected.items()}}
-    turns = turns_var.get()
     try:
         value = await _call(tool, args, timeout)
     except TimeoutError:
-        if turns is not None:
-            await turns.wait(info.index)
+        await wait_for_turn(info.index)
         notify("timeout", info)
         raise
     except Exception as exc:
-        if turns is not None:
-            await turns.wait(info.index)
+        await wait_for_turn(info.index)
         notify("end", info, f"{type(exc).__name__}: {exc}", True)
         raise
-    if turns is not None:
-        await turns.wait(info.index)
+    await wait_for_turn(info.index)
     if isinstance(value, ToolOutput):
         notify("end", info, value.content, value.is_error)
     else:
@@ -147,18 +145,15 @@ async def _run_one(
     in_doubt: bool = False,
 ) -> ToolExecution:
     token = current_call_var.set(info)  # visible to the tool body and to crash points of this call
-    turns = turns_var.get()
     try:
         execution = await _execute(call, key, tools, ctx, info, in_doubt)
     except Exception:
-        if turns is not None:
-            turns.finish(info.index)
+        finish_turn(info.index)
         raise
     # (a BaseException such as a crash passes no turn on: a dying process lets no sibling record after it)
     finally:
         current_call_var.reset(token)
-    if turns is not None:
-        turns.finish(info.index)
+    finish_turn(info.index)
     return execution
 
 
