@@ -3,24 +3,50 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test lint typecheck check bench clean
 BENCH_VENV := .venv-bench
 
+# uv when it is on PATH (fastest); else pip: the interpreter's own pip installs into a venv made without one
+# (pip >= 22.3, skips ensurepip's seconds), or the venv's pip where the interpreter has none.
+UV := $(shell command -v uv 2>/dev/null)
+ifneq ($(UV),)
+INSTALLER := uv
+MKVENV    := $(UV) venv --quiet --python $(PYTHON) $(VENV)
+INSTALL   := $(UV) pip install --python $(BIN)/python
+else ifeq ($(shell $(PYTHON) -m pip --python $(PYTHON) --version >/dev/null 2>&1 && echo yes),yes)
+INSTALLER := pip
+MKVENV    := $(PYTHON) -m venv --without-pip $(VENV)
+INSTALL   := $(PYTHON) -m pip --python $(BIN)/python install
+else
+INSTALLER := pip
+MKVENV    := $(PYTHON) -m venv $(VENV)
+INSTALL   := $(BIN)/python -m pip install
+endif
+
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "[setup] creating $(VENV) ($(INSTALLER))"
+	@$(MKVENV)
+
+# The demo needs only the package, pytest, xdist and the PostgreSQL/Redis drivers; `make test` adds the rest.
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	@echo "[setup] installing 10xgraph[ci] into $(VENV) with $(INSTALLER): the package, pytest, xdist, drivers"
+	@$(INSTALL) --quiet -e ".[ci]"
+	@touch $@
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	touch $(STAMP)
+	@echo "[setup] installing 10xgraph[dev] into $(VENV) with $(INSTALLER): tests, linters, providers"
+	@$(INSTALL) --quiet -e ".[dev]"
+	@touch $(STAMP) $(DEMO_STAMP)
 
 # The crash matrix over examples/ on the embedded backends (+ PostgreSQL/Redis when their env vars are set).
 DEMO_BACKENDS = memory,sqlite$${REPLAYSAFE_PG_DSN:+,postgres}$${REPLAYSAFE_REDIS_URL:+,postgres+redis}
 
-demo: $(STAMP)
-	$(BIN)/python -m pytest examples -p no:cacheprovider -q -rfE -n 2 --crash-matrix \
-		--crash-backends=$(DEMO_BACKENDS) --crash-report=crash-matrix.json --crash-markdown=crash-matrix.md
+demo: $(DEMO_STAMP)
+	$(BIN)/python -m pytest examples -p no:cacheprovider -rfE -n 2 --crash-matrix \
+		--crash-backends=$(DEMO_BACKENDS) --crash-report=crash-matrix.json --crash-markdown=crash-matrix.md \
+		--crash-html=crash-matrix.html
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider
@@ -45,4 +71,4 @@ bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.bench
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache crash-matrix.json crash-matrix.md
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache crash-matrix.json crash-matrix.md crash-matrix.html

@@ -104,7 +104,7 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
         "executions",
         "duration_s",
         "repro",
-    } | {"detail", "effects_applied"}
+    } | {"detail", "effects_applied", "gap_reasons", "timeline"}
     assert "--crash-seed=7" in cell["repro"] and "--crash-hits=1" in cell["repro"]
 
 
@@ -179,10 +179,24 @@ def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) ->
     result.assert_outcomes(passed=7, failed=7)  # 3 modes x 2 points + the contest, per backend
     result.stdout.fnmatch_lines(
         [
-            "*VIOLATION*amnesiac*executed 2 times*",
+            "VIOLATION test_refund at * hit ?, amnesiac/*: refund_order ran 2 times",
             "*repro: pytest '*test_refund?tool.after_record-amnesiac-*' --crash-matrix --crash-seed=* --crash-hits=1*",
         ]
     )
+    section = result.stdout.str().split("replaysafe crash matrix", 1)[1].splitlines()[1:]
+    failures = [line for line in section if line.startswith("VIOLATION ")]
+    assert len(failures) == 7  # one per failing cell (hit), never cut: the tool and its count are in it
+    for line in section:
+        assert len(line) <= 100 or line.startswith("    repro: pytest "), line
+    for i, line in enumerate(section):
+        if line.startswith("VIOLATION "):
+            head = " ".join(section[i : i + 3])
+            assert "refund_order(order_id='1042') executed 2 times" in head  # the whole reason follows
+            assert next(s for s in section[i + 1 :] if not s.startswith("    ") or "repro:" in s).startswith(
+                "    repro: pytest '"
+            )
+    assert any(line.startswith("NOT PROVED: 7 violation cells") for line in section)
+    assert "cells]" not in result.stdout.str()  # progress is never glued to pytest's status words
     data = report(pytester, result)
     broken: dict[tuple[str, str], set[str]] = {}
     for c in data["cells"]:
@@ -264,7 +278,7 @@ def test_seed_is_printed_and_last_reuses_it(pytester: pytest.Pytester) -> None:
     first = pytester.runpytest_subprocess(
         "--crash-matrix", "--crash-backends=memory", "--crash-points=tool.after_record"
     )
-    first.stdout.fnmatch_lines(["replaysafe: crash matrix on, seed * (repeat with --crash-seed=*"])
+    first.stdout.fnmatch_lines(["replaysafe: crash matrix on, seed * (repeat: --crash-seed=*"])
     seed = next(line for line in first.outlines if line.startswith("replaysafe:")).split("seed ")[1].split(" ")[0]
     again = pytester.runpytest_subprocess(
         "--crash-matrix", "--crash-backends=memory", "--crash-points=tool.after_record", "--crash-seed=last"
@@ -410,6 +424,7 @@ def test_grid_rows_follow_firing_order_and_inapplicable_columns_are_left_out() -
         for backend, mode in (("memory", "inprocess"), ("memory", "sigkill"), ("sqlite", "sigkill"))
     ]
     lines = report.text_grid(cells)
-    assert [line.split()[0] for line in lines[1:4]] == ["run.before_node", "tool.after_record", "run.after_advance"]
-    assert "memory/sigkill" not in lines[0] and "sqlite/sigkill" in lines[0]
+    rows = [line.split()[0] for line in lines[2:7]]
+    assert rows == ["run", "run.before_node", "run.after_advance", "tool", "tool.after_record"]  # grouped
+    assert lines[0].split() == ["memory", "sqlite"] and lines[1].split() == ["proc", "kill"]  # no memory/kill
     assert any(line.startswith("not applicable, left out: memory/sigkill") for line in lines)

@@ -78,3 +78,20 @@ def find_gap(rules: Iterable[GapRule], point: str, condition: str | None, mode: 
 def point_gap(rules: Iterable[GapRule], point: str, mode: str, backend: str) -> GapRule | None:
     """The gap a cell at *point* is expected to show for every protected call it crashes in, if any."""
     return find_gap(rules, point, None, mode, backend)
+
+
+def gap_reasons(rules: Iterable[GapRule], point: str, names: str, mode: str, backend: str) -> dict[str, str]:
+    """Why each gap a cell showed (``names``: comma-separated, as in the cell record) was expected: the point's
+    own rule when it has that name, else the condition rule (a call left unfinished, a timeout, a missing id)."""
+    rules = list(rules)
+    own = point_gap(rules, point, mode, backend)
+    reasons = {}
+    for name in filter(None, names.split(",")):
+        if own is not None and own.name == name:
+            reasons[name] = own.reason
+            continue
+        for rule in rules:
+            if rule.name == name and rule.condition is not None and rule.matches(point, rule.condition, mode, backend):
+                reasons[name] = rule.reason
+                break
+    return reasons

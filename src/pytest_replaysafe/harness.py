@@ -19,15 +19,16 @@ from typing import Any
 
 import pytest
 
+from pytest_replaysafe import timeline
 from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.evidence import Entry, ExecutionLog, unfinished
-from pytest_replaysafe.gaps import GapRule, point_gap
+from pytest_replaysafe.gaps import GapRule, gap_reasons, point_gap
 from pytest_replaysafe.matrix import Backend, Cell
 from pytest_replaysafe.modes import MODES, Hit, Inputs
 from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
 from pytest_replaysafe.procs import HarnessError
 from pytest_replaysafe.spy import RecordingCheckpointer
-from pytest_replaysafe.verdict import HitEvidence, Reference, judge, reference, result_problems
+from pytest_replaysafe.verdict import HitEvidence, Reference, call_labels, judge, reference, result_problems
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
 from tenxgraph.core.graph.tool_call import ToolCallInfo, add_tool_observer, set_completion_order
@@ -159,7 +160,7 @@ class CrashRun:
         """The test body raised in this execution: its hit's cells become ``failed`` (unless already worse)."""
         if self.cell is None:
             return
-        detail = f"the test's own assertion failed: {type(exc).__name__}: {exc}".strip()
+        detail = f"the test failed: {type(exc).__name__}: {exc}".strip()
         mine = self.results[self._execution_start :]  # the cells this execution of the body recorded
         if not mine:
             self._record(self.hit, Outcome.FAILED, None, {}, 0.0, detail)
@@ -306,13 +307,8 @@ class CrashRun:
         self.thread_id = thread
         ctx = Hit(app, input, config, stream, cell.point, hit, thread)
         crash = mode.crash(self, ctx)
-        evidence = HitEvidence(
-            crash.crashed,
-            crash.window,
-            [],
-            unfinished(self._entries(thread)) if crash.crashed else {},
-            error=crash.error,
-        )
+        before = self._entries(thread) if crash.crashed else []
+        evidence = HitEvidence(crash.crashed, crash.window, [], unfinished(before), error=crash.error)
         evidence.tools = frozenset(self.tools) if self.tools is not None else None
         result: RunResult[Any] | None = None
         if crash.crashed and not crash.error:
@@ -332,10 +328,16 @@ class CrashRun:
         outcome, gap, detail = judge(evidence, drive.ref, self.rules, cell.point, cell.mode, cell.backend)
         executions = dict(evidence.executions())
         self._record(hit, outcome, gap, executions, time.perf_counter() - started, detail)
+        r = self.results[-1]
+        r.gap_reasons = gap_reasons(self.rules, cell.point, gap or "", cell.mode, cell.backend)
+        labels = call_labels(evidence.final_messages or [])
+        r.timeline = timeline.build(
+            evidence.entries, len(before), labels, point=cell.point, hit=hit, mode=cell.mode,
+            crashed=crash.crashed, resume_error=evidence.resume_error,
+        )  # fmt: skip
         if evidence.effects is not None:
-            self.results[-1].effects_applied = dict(Counter(e["kind"] for e in evidence.effects))
+            r.effects_applied = dict(Counter(e["kind"] for e in evidence.effects))
         if outcome in FAILING:
-            r = self.results[-1]
             raise ReplaySafetyViolation(f"hit {hit}: {outcome.upper()}: {detail}\n    repro: {r.repro}")
         return result if result is not None else drive.clean
 
@@ -352,10 +354,10 @@ class CrashRun:
                 self.cell.backend,
                 self.cell.mode,
                 outcome,
-                gap,
-                executions,
-                round(duration, 4),
-                repro,
-                detail,
+                gap=gap,
+                executions=executions,
+                duration_s=round(duration, 4),
+                repro=repro,
+                detail=detail,
             )
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,9 @@ class Settings:
     hits: set[int] | None
     report: Path | None
     markdown: Path | None
+    html: Path | None = None
+    #: Seconds between progress lines while the matrix runs (0: after every test; None: never).
+    progress_every: float | None = 5.0
     registry: dict[str, matrix.Backend] = field(default_factory=dict)
     #: Backends that cannot run here (defaulted ones only: a requested one is a usage error), with the reason.
     unavailable: dict[str, str] = field(default_factory=dict)
@@ -62,6 +66,19 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--crash-report", default=None, metavar="PATH.json", help="write the matrix as JSON here")
     group.addoption("--crash-markdown", default=None, metavar="PATH.md", help="write the grid as Markdown here")
     group.addoption(
+        "--crash-html",
+        default=None,
+        metavar="PATH.html",
+        help="write the matrix as one self-contained HTML page here (grid, filters, a timeline per cell)",
+    )
+    group.addoption(
+        "--crash-progress",
+        default=None,
+        metavar="SECONDS",
+        help="print cells done / total and the time left at most this often (default 5; 0: after every test; "
+        "off: never; -q turns it off too)",
+    )
+    group.addoption(
         "--crash-list",
         action="store_true",
         default=False,
@@ -73,6 +90,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("crash_modes", "default crash-matrix modes", default="")
     parser.addini("crash_report", "default --crash-report path", default="")
     parser.addini("crash_markdown", "default --crash-markdown path", default="")
+    parser.addini("crash_html", "default --crash-html path", default="")
+    parser.addini("crash_progress", "default --crash-progress (seconds, or off)", default="")
 
 
 def _option(config: pytest.Config, name: str) -> Any:
@@ -104,10 +123,26 @@ def _seed(config: pytest.Config) -> int:
     return random.SystemRandom().randrange(10**9)
 
 
+def _progress(config: pytest.Config) -> float | None:
+    raw = _option(config, "crash_progress")
+    if raw is None:
+        return 5.0
+    if str(raw).strip().lower() == "off":
+        return None
+    try:
+        every = float(raw)
+    except ValueError:
+        every = -1.0
+    if every < 0:
+        raise pytest.UsageError(f"replaysafe: --crash-progress={raw!r}: give seconds (0 or more) or 'off'")
+    return every
+
+
 def read_settings(config: pytest.Config) -> Settings:
     enabled = bool(config.getoption("--crash-matrix") or config.getini("crash_matrix"))
     report = _option(config, "crash_report")
     markdown = _option(config, "crash_markdown")
+    html = _option(config, "crash_html")
     settings = Settings(
         enabled=enabled,
         seed=_seed(config),
@@ -117,6 +152,8 @@ def read_settings(config: pytest.Config) -> Settings:
         hits=matrix.parse_hits(config.getoption("--crash-hits")),
         report=Path(report) if report else None,
         markdown=Path(markdown) if markdown else None,
+        html=Path(html) if html else None,
+        progress_every=_progress(config),
     )
     cache = getattr(config, "cache", None)
     if enabled and cache is not None and not hasattr(config, "workerinput"):
@@ -157,9 +194,9 @@ def load_registry(config: pytest.Config, settings: Settings) -> None:
 
 
 def header(settings: Settings) -> list[str]:
-    lines = [
-        f"replaysafe: crash matrix on, seed {settings.seed} (repeat with --crash-seed={settings.seed} or "
-        "--crash-seed=last)"
-    ]
-    lines += [f"replaysafe: backend {name} left out: {reason}" for name, reason in sorted(settings.unavailable.items())]
+    """The seed with its repeat line, and (when no backends were named) the backends left out, and why."""
+    lines = [f"replaysafe: crash matrix on, seed {settings.seed} (repeat: --crash-seed={settings.seed} or =last)"]
+    if not settings.backends:
+        for name, reason in sorted(settings.unavailable.items()):
+            lines += textwrap.wrap(f"replaysafe: backend {name} left out: {reason}", 100, subsequent_indent="  ")
     return lines

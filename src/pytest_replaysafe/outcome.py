@@ -50,10 +50,7 @@ SYMBOLS = {
     Outcome.PROTECTED: "+",
     Outcome.NOT_APPLICABLE: ".",
 }
-LEGEND = (
-    "cells per outcome: + protected  d in doubt, handled  g known gap (expected)  X violation  F test failed  "
-    "V vacuous  E error  . not applicable"
-)
+LEGEND = "+ protected  d in doubt, handled  g known gap (expected)  X violation  F failed  V vacuous  E error"
 
 
 def worst(outcomes: list[Outcome]) -> Outcome:
@@ -71,12 +68,16 @@ class CellResult:
     mode: str
     outcome: Outcome
     gap: str | None = None
+    #: Per gap name in ``gap``: why the gap table expects it here (the rule's reason).
+    gap_reasons: dict[str, str] = field(default_factory=dict)
     executions: dict[str, int] = field(default_factory=dict)
     duration_s: float = 0.0
     repro: str = ""
     detail: str = ""
     #: Effects the provider simulator applied on the cell's thread, per kind (when the test uses ``effects``).
     effects_applied: dict[str, int] = field(default_factory=dict)
+    #: What happened, in order: each tool execution and ledger record, the crash, the resume, the verdict.
+    timeline: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -58,7 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.enabled and not hasattr(config, "workerinput"):
         from pytest_replaysafe.reporter import MatrixReporter
 
-        config.pluginmanager.register(MatrixReporter(settings), "replaysafe-reporter")
+        config.pluginmanager.register(MatrixReporter(settings, config), "replaysafe-reporter")
 
 
 @pytest.hookimpl(optionalhook=True)

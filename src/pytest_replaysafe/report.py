@@ -4,12 +4,15 @@ same grid as Markdown (for ``$GITHUB_STEP_SUMMARY``). All built from the cells' 
 from __future__ import annotations
 
 import json
+import re
+import textwrap
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_replaysafe.outcome import LEGEND, SEVERITY, Outcome
+from pytest_replaysafe import grid
+from pytest_replaysafe.outcome import LEGEND, Outcome
 
 SCHEMA = "replaysafe.crash-matrix/1"
 
@@ -24,90 +27,120 @@ def to_json(cells: Sequence[dict[str, Any]], seed: int) -> dict[str, Any]:
 
 
 def write_json(path: Path, cells: Sequence[dict[str, Any]], seed: int) -> None:
+    """One cell per line: small enough to keep, still readable with ``grep`` and ``jq``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_json(cells, seed), indent=2) + "\n")
-
-
-def _point_order(point: str) -> tuple[int, str]:
-    """Rows in the order the points fire in a run (the crash-point table's order), your own points last."""
-    from tenxgraph.core.crashpoints import POINTS
-
-    order = [p.name for p in POINTS]
-    return (order.index(point) if point in order else len(order), point)
-
-
-def _grid(cells: Sequence[dict[str, Any]]) -> tuple[list[str], list[str], dict[tuple[str, str], str]]:
-    """Points (in firing order), columns, and per square the count of each outcome, worst first (``"5+ 2g"``).
-    A column whose every cell is not applicable is left out (see :func:`left_out`)."""
-    points = sorted({c["point"] for c in cells}, key=_point_order)
-    columns = sorted({f"{c['backend']}/{c['mode']}" for c in cells} - set(left_out(cells)))
-    counts: dict[tuple[str, str], Counter[Outcome]] = {}
-    for c in cells:
-        counts.setdefault((c["point"], f"{c['backend']}/{c['mode']}"), Counter())[Outcome(c["outcome"])] += 1
-    squares: dict[tuple[str, str], str] = {}
-    for square, outcome_counts in counts.items():
-        if set(outcome_counts) == {Outcome.NOT_APPLICABLE}:
-            squares[square] = Outcome.NOT_APPLICABLE.symbol
-            continue
-        squares[square] = " ".join(
-            f"{outcome_counts[o]}{o.symbol}" for o in SEVERITY if o != Outcome.NOT_APPLICABLE and outcome_counts[o]
-        )
-    return points, columns, squares
-
-
-def left_out(cells: Sequence[dict[str, Any]]) -> list[str]:
-    """Columns (``backend/mode``) in which no cell applies: in-memory storage with a killed process."""
-    outcomes: dict[str, set[str]] = {}
-    for c in cells:
-        outcomes.setdefault(f"{c['backend']}/{c['mode']}", set()).add(c["outcome"])
-    return sorted(column for column, seen in outcomes.items() if seen == {str(Outcome.NOT_APPLICABLE)})
-
-
-def _left_out_line(cells: Sequence[dict[str, Any]]) -> list[str]:
-    columns = left_out(cells)
-    if not columns:
-        return []
-    return [f"not applicable, left out: {', '.join(columns)} (that storage does not survive a killed process)"]
+    data = to_json(cells, seed)
+    rows = ",\n".join("    " + json.dumps(c, separators=(",", ":")) for c in data.pop("cells"))
+    head = json.dumps(data, indent=2)[:-2]  # without the closing brace
+    path.write_text(f'{head},\n  "cells": [\n{rows}\n  ]\n}}\n')
 
 
 def totals_line(cells: Sequence[dict[str, Any]]) -> str:
     return ", ".join(f"{n} {o}" for o, n in summary(cells).items() if n) or "no cells"
 
 
-def text_grid(cells: Sequence[dict[str, Any]]) -> list[str]:
-    points, columns, squares = _grid(cells)
-    width = max(len(p) for p in points)
-    col_w = [max([len(c)] + [len(squares.get((p, c), "")) for p in points]) for c in columns]
-    lines = [" " * width + "  " + "  ".join(c.rjust(w) for c, w in zip(columns, col_w, strict=True))]
-    for p in points:
-        row = [squares.get((p, c), "") for c in columns]
-        lines.append(p.ljust(width) + "  " + "  ".join(s.rjust(w) for s, w in zip(row, col_w, strict=True)))
-    lines += _left_out_line(cells)
-    lines.append(LEGEND)
-    lines.append(f"cells: {len(cells)} ({totals_line(cells)})")
+def text_grid(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> list[str]:
+    """The grid (see :mod:`pytest_replaysafe.grid`), the known gaps it shows with their reasons, and the totals."""
+    lines = grid.text_grid(cells, width) + gap_notes(cells, width)
+    lines += textwrap.wrap(f"cells: {len(cells)} ({totals_line(cells)})", width, subsequent_indent="  ")
     return lines
 
 
-def failure_lines(cells: Sequence[dict[str, Any]]) -> list[str]:
+def gap_notes(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> list[str]:
+    """One footnote per known gap rule shown: the points it was seen at, and why the gap table expects a second
+    execution there."""
+    points: dict[tuple[str, str], list[str]] = {}
+    for c in sorted(cells, key=lambda c: grid.point_order(c["point"])):
+        if c["outcome"] == Outcome.KNOWN_GAP:
+            for name, reason in (c.get("gap_reasons") or {}).items():
+                seen = points.setdefault((name, reason), [])
+                if c["point"] not in seen:
+                    seen.append(c["point"])
+    lines = []
+    for (name, reason), where in points.items():
+        lines += textwrap.wrap(f"g at {', '.join(where)}: {reason} (gap {name})", width, subsequent_indent="    ")
+    return lines
+
+
+def test_name(nodeid: str) -> str:
+    """``path::test_refund[point-backend-mode]`` -> ``test_refund`` (the cell's own fields name the rest)."""
+    return nodeid.split("[")[0].rsplit("::", 1)[-1]
+
+
+_RAN = re.compile(r" executed (\d+) times")
+_ARGS = re.compile(r"(\w+)\((?:[^()']|'[^']*')*\)")
+
+
+def what_happened(detail: str, room: int) -> str:
+    """The first problem of a cell's detail, with call arguments left out, in at most *room* characters."""
+    problems = [p for p in detail.split("; ") if p]
+    short = _RAN.sub(r" ran \1 times", _ARGS.sub(r"\1", problems[0])) if problems else ""
+    if len(problems) > 1:
+        short += f" (+{len(problems) - 1} more)"
+    if len(short) > room and ": " in short:  # the gist before the explanation (which follows in full)
+        short = short.split(": ", 1)[0]
+    return short if len(short) <= room else short[: max(room - 1, 0)] + "…"
+
+
+def failure_lines(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> list[str]:
+    """Per failing cell: one line naming outcome, test, point, hit, backend, mode and what happened (the tool
+    and, say, "executed 2 times"), then the whole detail where it says more (wrapped, never cut), then the
+    repro command on a line of its own (whole, so that it can be copied)."""
     lines = []
     for cell in cells:
         if Outcome(cell["outcome"]).failing:
-            lines.append(f"{cell['outcome'].upper()} {cell['test']} hit {cell['hit']}: {cell['detail']}")
+            head = (
+                f"{cell['outcome'].upper()} {test_name(cell['test'])} at {cell['point']} hit {cell['hit']}, "
+                f"{cell['backend']}/{cell['mode']}: "
+            )
+            short = what_happened(cell["detail"], width - len(head))
+            lines.append(head + short)
+            if short != cell["detail"]:
+                lines += textwrap.wrap(
+                    cell["detail"], width, initial_indent="    ", subsequent_indent="    ", break_long_words=False
+                )
             if cell["repro"]:
-                lines.append(f"  repro: {cell['repro']}")
+                lines.append(f"    repro: {cell['repro']}")
     return lines
 
 
+def closing_lines(cells: Sequence[dict[str, Any]], reports: Sequence[Path] = (), xfailed: int = 0) -> list[str]:
+    """Three lines a person reads last: what was proved, the known gaps (the xfailed tests), where the reports are
+    (long paths wrap onto a fourth)."""
+    counts = summary(cells)
+    names = {c["backend"] for c in cells if c["outcome"] != Outcome.NOT_APPLICABLE}
+    backends = ", ".join(sorted(names, key=lambda b: grid.column_order((b, ""))))
+    failing = {o: n for o, n in counts.items() if n and Outcome(o).failing}
+    held = counts[Outcome.PROTECTED] + counts[Outcome.IN_DOUBT_HANDLED]
+    if failing:
+        what = ", ".join(f"{n} {o}" for o, n in failing.items())
+        first = f"NOT PROVED: {what} cells (each one is above, with its repro command)"
+    else:
+        first = f"proved: {held} crash-and-resume cells on {backends}: no recorded tool call ran twice"
+    gaps = counts[Outcome.KNOWN_GAP]
+    tests = f" ({xfailed} xfailed tests)" if xfailed else ""
+    second = (
+        f"known gaps: {gaps} cells{tests} re-ran a call where documented: docs/replay-safe-tools.md"
+        if gaps
+        else "known gaps: none shown"
+    )
+    third = "reports: " + ("  ".join(str(p) for p in reports) if reports else "none written (see --crash-report)")
+    return [first, second, *textwrap.wrap(third, grid.WIDTH, subsequent_indent="  ", break_long_words=False)]
+
+
 def markdown(cells: Sequence[dict[str, Any]], seed: int) -> str:
-    points, columns, squares = _grid(cells)
-    out = [f"### Crash matrix (seed {seed})", "", "| point | " + " | ".join(columns) + " |"]
-    out.append("|---|" + "---|" * len(columns))
-    for p in points:
-        row = [squares.get((p, c), "") for c in columns]
-        out.append(f"| `{p}` | " + " | ".join(row) + " |")
-    out += ["", *_left_out_line(cells), LEGEND, "", f"**{len(cells)} cells:** {totals_line(cells)}", ""]
-    gaps = sorted({(c["point"], c["gap"]) for c in cells if c["outcome"] == Outcome.KNOWN_GAP})
-    if gaps:
-        out.append("Known gaps shown: " + ", ".join(f"`{p}` ({g})" for p, g in gaps))
-        out.append("")
+    g = grid.Grid.of(cells)
+    names = [f"{b}/{m}" for b, m in g.columns]
+    out = [f"### Crash matrix (seed {seed})", "", "| point | " + " | ".join(names) + " |"]
+    out.append("|---|" + "---|" * len(names))
+    group = None
+    for p in g.points:
+        if grid.group_of(p) != group:
+            group = grid.group_of(p)
+            out.append(f"| *{group}* |" + " |" * len(names))
+        out.append(f"| `{p}` | " + " | ".join(g.squares.get((p, c), "") for c in g.columns) + " |")
+    out += ["", *grid.left_out_lines(cells), LEGEND, "", f"**{len(cells)} cells:** {totals_line(cells)}", ""]
+    notes = gap_notes(cells, width=10_000)
+    if notes:
+        out += ["Known gaps shown:", "", *(f"- {line}" for line in notes), ""]
     return "\n".join(out)

@@ -1,5 +1,6 @@
-"""The terminal side of the matrix: cells done / total in the status word, the grid, failure lines with repro
-commands, and the JSON / Markdown / GitHub step-summary reports. Runs on the xdist controller too."""
+"""The terminal side of the matrix: progress in cells with the time left, the grid, failure lines with repro
+commands, the closing lines, and the JSON / Markdown / HTML / GitHub step-summary reports. Runs on the xdist
+controller too."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pytest_replaysafe import report
 from pytest_replaysafe.fixtures import CELL_PROPERTY
 from pytest_replaysafe.matrix import MODES, Cell
 from pytest_replaysafe.options import Settings
+from pytest_replaysafe.progress import Progress
 
 
 def cell_of(item: pytest.Item) -> Cell | None:
@@ -22,36 +24,39 @@ def cell_of(item: pytest.Item) -> Cell | None:
 
 
 class MatrixReporter:
-    """Collects cells from test reports and writes the grid and reports at the end of the session."""
+    """Collects cells from test reports, prints progress while the matrix runs, and writes the grid and reports at
+    the end of the session. On the xdist controller it sees every worker's cells as their reports arrive."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, config: pytest.Config) -> None:
         self.settings = settings
+        self.config = config
         self.cells: list[dict[str, Any]] = []
-        self.total: int | None = None
-        self.done: set[str] = set()
+        self.progress = Progress(settings.progress_every)
+        self.quiet = config.get_verbosity() < 0 or settings.progress_every is None
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.total = sum(1 for item in items if cell_of(item) is not None)
+        self.progress.expect([item.nodeid for item in items if cell_of(item) is not None])
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_report_teststatus(self, report: pytest.TestReport) -> Any:
-        """Progress while a long matrix runs: the verbose status word says how many items are done."""
-        status = yield
-        is_cell = any(f"-{mode}]" in report.nodeid for mode in MODES)
-        finished = report.when == "call" or (report.when == "setup" and not report.passed)
-        if is_cell and finished and isinstance(status, tuple) and len(status) == 3 and isinstance(status[2], str):
-            self.done.add(report.nodeid)  # the status hook is asked again for summary lines: count items once
-            total = f"/{self.total}" if self.total else ""
-            category, letter, word = status
-            return category, letter, f"{word} [{len(self.done)}{total} cells]" if word else word
-        return status
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if not self.progress.items:  # every worker collects the same items
+            self.progress.expect([i for i in ids if any(f"-{mode}]" in i for mode in MODES)])
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
             return
-        for name, value in report.user_properties:
-            if name == CELL_PROPERTY and isinstance(value, str):
-                self.cells.append(json.loads(value))
+        found = [json.loads(v) for n, v in report.user_properties if n == CELL_PROPERTY and isinstance(v, str)]
+        self.cells += found
+        if report.nodeid not in self.progress.items:
+            return
+        line = self.progress.finished(report.nodeid, found)
+        if line is not None and not self.quiet:
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:
+                writer = getattr(terminal, "_tw", None)  # pytest's dots leave the cursor mid-line
+                if writer is not None and writer.width_of_current_line:
+                    terminal.write("\n")
+                terminal.write_line(line)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         settings = self.settings
@@ -62,13 +67,23 @@ class MatrixReporter:
             return
         for line in report.text_grid(cells) + report.failure_lines(cells):
             terminalreporter.write_line(line)
+        written = []
         if settings.report is not None:
             report.write_json(settings.report, cells, settings.seed)
-            terminalreporter.write_line(f"crash matrix report: {settings.report}")
+            written.append(settings.report)
         if settings.markdown is not None:
+            settings.markdown.parent.mkdir(parents=True, exist_ok=True)
             settings.markdown.write_text(report.markdown(cells, settings.seed))
-            terminalreporter.write_line(f"crash matrix grid: {settings.markdown}")
+            written.append(settings.markdown)
+        if settings.html is not None:
+            from pytest_replaysafe import html
+
+            html.write(settings.html, cells, settings.seed)
+            written.append(settings.html)
         summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary_path:
             with open(summary_path, "a", encoding="utf-8") as fh:
                 fh.write(report.markdown(cells, settings.seed) + "\n")
+        xfailed = len(terminalreporter.stats.get("xfailed", []))
+        for line in report.closing_lines(cells, written, xfailed):
+            terminalreporter.write_line(line)
