@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
-DEMO_STAMP := $(VENV)/.installed-demo
+# The demo installs the PostgreSQL/Redis drivers only when it will use them.
+DEMO_EXTRA := $(if $(REPLAYSAFE_PG_DSN)$(REPLAYSAFE_REDIS_URL),ci,demo)
+DEMO_STAMP := $(VENV)/.installed-$(DEMO_EXTRA)
 
 .PHONY: demo test lint typecheck check bench clean
 BENCH_VENV := .venv-bench
@@ -29,22 +31,23 @@ $(BIN)/python:
 	@echo "[setup] creating $(VENV) ($(INSTALLER))"
 	@$(MKVENV)
 
-# The demo needs only the package, pytest, xdist and the PostgreSQL/Redis drivers; `make test` adds the rest.
+# The demo needs only the package, pytest and xdist (and drivers for PostgreSQL); `make test` adds the rest.
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
-	@echo "[setup] installing 10xgraph[ci] into $(VENV) with $(INSTALLER): the package, pytest, xdist, drivers"
-	@$(INSTALL) --quiet -e ".[ci]"
+	@echo "[setup] installing 10xgraph[$(DEMO_EXTRA)] into $(VENV) with $(INSTALLER) (first run only)"
+	@$(INSTALL) --quiet -e ".[$(DEMO_EXTRA)]"
 	@touch $@
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "[setup] installing 10xgraph[dev] into $(VENV) with $(INSTALLER): tests, linters, providers"
 	@$(INSTALL) --quiet -e ".[dev]"
-	@touch $(STAMP) $(DEMO_STAMP)
+	@touch $(STAMP) $(VENV)/.installed-demo $(VENV)/.installed-ci
 
 # The crash matrix over examples/ on the embedded backends (+ PostgreSQL/Redis when their env vars are set).
 DEMO_BACKENDS = memory,sqlite$${REPLAYSAFE_PG_DSN:+,postgres}$${REPLAYSAFE_REDIS_URL:+,postgres+redis}
 
 demo: $(DEMO_STAMP)
-	$(BIN)/python -m pytest examples -p no:cacheprovider -rfE -n 2 --crash-matrix \
+	@echo "[demo] the crash matrix over examples/ on $(DEMO_BACKENDS)"
+	@$(BIN)/python -m pytest examples -p no:cacheprovider -rfE -n 2 --crash-matrix \
 		--crash-backends=$(DEMO_BACKENDS) --crash-report=crash-matrix.json --crash-markdown=crash-matrix.md \
 		--crash-html=crash-matrix.html
 
