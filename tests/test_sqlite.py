@@ -114,3 +114,70 @@ def test_a_database_in_a_missing_folder_is_an_error_unless_asked_to_create_it(
     assert path.parent.is_dir() and "created folder" in caplog.text
     cp.put_thread("t", {}, expected_version=0)
     cp.close()
+
+
+def _hold_lock(path: str, thread_id: str, held: multiprocessing.Event) -> None:  # type: ignore[type-arg]
+    import asyncio
+    import time
+
+    async def hold() -> None:
+        async with SqliteCheckpointer(path).arun_lock(thread_id):
+            held.set()
+            time.sleep(60)  # until the test kills this process
+
+    asyncio.run(hold())
+
+
+def test_the_run_lock_leaves_one_file_and_excludes_other_processes_and_instances(tmp_path: Path) -> None:
+    """200 threads' runs leave one lock file (a byte each, not a file each); a lock held in another process, or by
+    another checkpointer on the same file in this process, refuses the thread; a killed holder frees it."""
+    import asyncio
+    import os
+    import signal
+
+    from tenxgraph.errors import ThreadBusyError
+
+    path = tmp_path / "s.db"
+    cp = SqliteCheckpointer(path)
+
+    async def runs() -> None:
+        for i in range(200):
+            async with cp.arun_lock(f"thread-{i}"):
+                pass
+        async with cp.arun_lock("t"):
+            with pytest.raises(ThreadBusyError):
+                async with SqliteCheckpointer(path).arun_lock("t"):  # same process, another open file
+                    pass
+
+    asyncio.run(runs())
+    assert sorted(p.name for p in tmp_path.iterdir() if "lock" in p.name) == ["s.db.lock"]
+
+    ctx = multiprocessing.get_context("spawn")
+    held = ctx.Event()  # only this process waits on it: a killed waiter would hang Event.set
+    child = ctx.Process(target=_hold_lock, args=(str(path), "t", held))
+    child.start()
+    try:
+        assert held.wait(30)
+
+        async def refused() -> None:
+            with pytest.raises(ThreadBusyError):
+                async with cp.arun_lock("t"):
+                    pass
+            async with cp.arun_lock("another thread"):  # a different byte: free
+                pass
+
+        asyncio.run(refused())
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+
+        async def freed() -> None:
+            async with cp.arun_lock("t"):
+                pass
+
+        asyncio.run(freed())
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join(5)
+    cp.close()

@@ -116,7 +116,7 @@ def closing_lines(cells: Sequence[dict[str, Any]], reports: Sequence[Path] = (),
         what = ", ".join(f"{n} {o}" for o, n in failing.items())
         first = f"NOT PROVED: {what} cells (each one is above, with its repro command)"
     else:
-        first = f"proved: {held} crash-and-resume cells on {backends}: no recorded tool call ran twice"
+        first = f"proved: {held} cells on {backends}: no recorded tool call ran twice"
     gaps = counts[Outcome.KNOWN_GAP]
     tests = f" ({xfailed} xfailed tests)" if xfailed else ""
     second = (
@@ -125,7 +125,11 @@ def closing_lines(cells: Sequence[dict[str, Any]], reports: Sequence[Path] = (),
         else "known gaps: none shown"
     )
     third = "reports: " + ("  ".join(str(p) for p in reports) if reports else "none written (see --crash-report)")
-    return [first, second, *textwrap.wrap(third, grid.WIDTH, subsequent_indent="  ", break_long_words=False)]
+    return [
+        line
+        for text in (first, second, third)
+        for line in textwrap.wrap(text, grid.WIDTH, subsequent_indent="  ", break_long_words=False)
+    ]
 
 
 def markdown(cells: Sequence[dict[str, Any]], seed: int) -> str:

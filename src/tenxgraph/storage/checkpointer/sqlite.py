@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import logging
 import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -102,7 +104,6 @@ class SqliteCheckpointer(BaseCheckpointer):
         self.timeout = timeout
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
-        self._lock_dir_ready = False
         self._pid = 0
 
     def __repr__(self) -> str:
@@ -244,23 +245,24 @@ class SqliteCheckpointer(BaseCheckpointer):
 
     @asynccontextmanager
     async def arun_lock(self, thread_id: str) -> AsyncIterator[None]:
-        """An exclusive ``flock`` on a per-thread file next to the database: every process on this file sees it,
-        and the kernel releases it when the holder dies."""
-        lock_dir = Path(f"{self.path}.locks")
-        if not self._lock_dir_ready:
-            lock_dir.mkdir(parents=True, exist_ok=True)
-            self._lock_dir_ready = True
-        name = hashlib.sha256(check_thread_id(thread_id).encode()).hexdigest()
-        fd = os.open(lock_dir / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        """An exclusive lock on one byte of ``<database>.lock``, at an offset taken from the thread id's hash: every
+        process on this database sees it, the kernel releases it when the holder dies, and no file is left per
+        thread. Linux open-file-description locks (``F_OFD_SETLK``) conflict between two runs of one process too;
+        where they do not exist, a ``flock`` on a file per thread (in ``<database>.locks/``) stands in."""
+        check_thread_id(thread_id)
+        digest = hashlib.sha256(thread_id.encode()).digest()
+        if _OFD_SETLK is None:
+            path = Path(f"{self.path}.locks") / f"{digest.hex()}.lock"
+            path.parent.mkdir(exist_ok=True)
+        else:
+            path = Path(f"{self.path}.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+                _lock_byte(fd, int.from_bytes(digest[:8]) >> 2)  # 62 bits: a positive offset that cannot overflow
+            except (BlockingIOError, PermissionError):
                 raise ThreadBusyError(thread_id) from None
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            yield  # closing the descriptor (below) releases the lock
         finally:
             os.close(fd)
 
@@ -269,6 +271,24 @@ class SqliteCheckpointer(BaseCheckpointer):
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn = None
+
+
+_OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)
+
+
+def _lock_byte(fd: int, offset: int) -> None:
+    """Take the write lock on one byte of *fd* without waiting (``BlockingIOError`` when it is held)."""
+    if _OFD_SETLK is None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for open-file-description locks)
+    request = struct.pack("@hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
+    try:
+        fcntl.fcntl(fd, _OFD_SETLK, request)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            raise BlockingIOError(exc.errno, "the run lock is held") from None
+        raise
 
 
 @contextmanager
