@@ -128,7 +128,9 @@ def closing_lines(cells: Sequence[dict[str, Any]], reports: Sequence[Path] = (),
     return [
         line
         for text in (first, second, third)
-        for line in textwrap.wrap(text, grid.WIDTH, subsequent_indent="  ", break_long_words=False)
+        for line in textwrap.wrap(
+            text, grid.WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+        )
     ]
 
 
