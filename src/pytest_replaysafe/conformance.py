@@ -104,6 +104,30 @@ class CheckpointerConformance:
         snap = checkpointer.get_thread(tid)
         assert snap is not None and snap.version == 2  # append_messages does not bump the version
 
+    def test_messages_after_a_sequence_number(self, checkpointer: BaseCheckpointer) -> None:
+        """Optional (None: runs read whole logs). Rows after a seq, in order, with the count and highest seq;
+        numbers grow and are not reused when a thread is deleted and made again."""
+        tid = _tid()
+        if run_sync(checkpointer.alist_messages_after(tid, 0)) is None:
+            pytest.skip("this checkpointer keeps no message sequence numbers")
+        empty = run_sync(checkpointer.alist_messages_after(tid, 0))
+        assert empty is not None and (empty.rows, empty.count, empty.last_seq) == ([], 0, 0)
+        first = [Message.user(f"m{i}") for i in range(3)]
+        checkpointer.put_thread(tid, {"meta": {}}, expected_version=0, new_messages=first)
+        whole = run_sync(checkpointer.alist_messages_after(tid, 0))
+        assert whole is not None and [m for _, m in whole.rows] == first and whole.count == 3
+        seqs = [seq for seq, _ in whole.rows]
+        assert seqs == sorted(seqs) and len(set(seqs)) == 3 and whole.last_seq == seqs[-1]
+        more = [Message.user("m3")]
+        checkpointer.append_messages(tid, [*first, *more])  # stored ids are skipped
+        after = run_sync(checkpointer.alist_messages_after(tid, whole.last_seq))
+        assert after is not None and [m for _, m in after.rows] == more and after.count == 4
+        assert after.rows[0][0] > whole.last_seq == seqs[-1]
+        checkpointer.delete_thread(tid)
+        checkpointer.put_thread(tid, {"meta": {}}, expected_version=0, new_messages=first)
+        again = run_sync(checkpointer.alist_messages_after(tid, 0))
+        assert again is not None and again.count == 3 and min(seq for seq, _ in again.rows) > after.last_seq
+
     def test_messages_of_threads_are_separate(self, checkpointer: BaseCheckpointer) -> None:
         a, b = _tid(), _tid()
         shared = Message.user("same id on two threads")

@@ -24,6 +24,7 @@ from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.config import RunConfig
 from tenxgraph.core.graph.context import RunContext, reset_current_run, set_current_run
 from tenxgraph.core.graph.graph_spec import GraphSpec
+from tenxgraph.core.graph.message_cache import MessageCache
 from tenxgraph.core.state.messages import Message
 from tenxgraph.core.state.state import AgentState
 from tenxgraph.errors import ConfigError, GraphBuildError, GraphRecursionError, NodeTimeoutError, RunLockLostError
@@ -96,12 +97,15 @@ class CompiledGraph(Generic[S]):
         self.entry_point: str = graph.entry_point
         self._async_nodes = {name: _is_async(fn) for name, fn in self.nodes.items()}
         self._fields = set(self.state_schema.field_names()) - {"meta"}
+        #: Decoded messages of recent threads: a turn reads only what was stored since the last one.
+        self.message_cache = MessageCache()
 
     def copy(self, checkpointer: BaseCheckpointer | None = None) -> CompiledGraph[S]:
         """A new graph object with the same nodes and edges, over *checkpointer* (default: the same one)."""
         clone = object.__new__(CompiledGraph)
         clone.__dict__.update(self.__dict__)
         clone.checkpointer = checkpointer if checkpointer is not None else self.checkpointer
+        clone.message_cache = MessageCache(self.message_cache.max_threads)
         return clone
 
     # -- public API -------------------------------------------------------------------------------------
@@ -145,7 +149,7 @@ class CompiledGraph(Generic[S]):
         snap = await self.checkpointer.aget_thread(thread_id)
         if snap is None:
             return None
-        return self.state_schema.from_values(snap.values, await self.checkpointer.alist_messages(thread_id))
+        return self.state_schema.from_values(snap.values, await self.message_cache.load(self.checkpointer, thread_id))
 
     def get_state(self, thread_id: str) -> S | None:
         return run_sync(self.aget_state(thread_id))
@@ -196,7 +200,7 @@ class CompiledGraph(Generic[S]):
                     raise ConfigError(f"thread {tid!r} has no stored run to resume; pass input to start one")
                 state, version = self.state_schema(), 0
             else:
-                state = self.state_schema.from_values(snap.values, await cp.alist_messages(tid))
+                state = self.state_schema.from_values(snap.values, await self.message_cache.load(cp, tid))
                 version = snap.version
             seen = {m.message_id for m in state.messages}
             run = _Run(self, cfg, state, version, seen)

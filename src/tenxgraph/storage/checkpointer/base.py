@@ -42,6 +42,18 @@ class ThreadSnapshot:
     version: int
 
 
+@dataclass(frozen=True, slots=True)
+class MessagesAfter:
+    """:meth:`BaseCheckpointer.alist_messages_after`: ``rows`` as ``(seq, message)``, ``count`` messages in the
+    thread and ``last_seq`` the highest sequence number (0 for none), all read at one moment. Sequence numbers
+    grow with every message stored and are never reused, so a reader that kept the log up to some ``seq`` knows
+    from ``count`` whether the rows complete it."""
+
+    rows: list[tuple[int, Message]]
+    count: int
+    last_seq: int
+
+
 def check_thread_id(thread_id: object) -> str:
     """One rule for thread ids on every backend, checked before anything is written (see ``id_problem``)."""
     problem = id_problem(thread_id, THREAD_ID_MAX_BYTES)
@@ -74,6 +86,13 @@ class BaseCheckpointer(ABC):
     @abstractmethod
     async def alist_messages(self, thread_id: str) -> list[Message]:
         """The thread's messages in the order they were stored."""
+
+    async def alist_messages_after(self, thread_id: str, after_seq: int) -> MessagesAfter | None:
+        """The thread's messages stored after sequence number *after_seq* (0: all), in order, with the thread's
+        message count and highest sequence number, read at one moment: what lets a run load only a turn's new
+        messages (see ``tenxgraph.core.graph.message_cache``). None (the default) when this storage keeps no
+        sequence numbers; runs then read the whole log."""
+        return None
 
     @abstractmethod
     async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:

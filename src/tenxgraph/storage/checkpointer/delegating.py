@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from tenxgraph.core.state.messages import JSON, Message
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer, ThreadSnapshot
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer, MessagesAfter, ThreadSnapshot
 
 
 class DelegatingCheckpointer(BaseCheckpointer):
@@ -39,6 +39,9 @@ class DelegatingCheckpointer(BaseCheckpointer):
 
     async def alist_messages(self, thread_id: str) -> list[Message]:
         return await self.inner.alist_messages(thread_id)
+
+    async def alist_messages_after(self, thread_id: str, after_seq: int) -> MessagesAfter | None:
+        return await self.inner.alist_messages_after(thread_id, after_seq)
 
     async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
         await self.inner.aappend_messages(thread_id, messages)

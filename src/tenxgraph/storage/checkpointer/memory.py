@@ -13,6 +13,7 @@ from tenxgraph.errors import StaleStateError
 from tenxgraph.storage.checkpointer.base import (
     RESUMABLE_STATUSES,
     BaseCheckpointer,
+    MessagesAfter,
     ThreadSnapshot,
     check_prune_args,
     check_thread_id,
@@ -27,7 +28,9 @@ class InMemoryCheckpointer(BaseCheckpointer):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._threads: dict[str, tuple[int, str]] = {}
-        self._messages: dict[str, dict[str, str]] = {}  # thread -> message_id -> json (insertion ordered)
+        # thread -> message_id -> (seq, json), in insertion (and so seq) order
+        self._messages: dict[str, dict[str, tuple[int, str]]] = {}
+        self._seq = 0
         # thread -> key -> (created_at, json, status "started" | "completed")
         self._ledger: dict[str, dict[str, tuple[float, str, str]]] = {}
 
@@ -60,12 +63,25 @@ class InMemoryCheckpointer(BaseCheckpointer):
     def _store_messages(self, thread_id: str, encoded: list[tuple[str, str]]) -> None:
         log = self._messages.setdefault(thread_id, {})
         for message_id, text in encoded:
-            log.setdefault(message_id, text)
+            if message_id not in log:
+                self._seq += 1
+                log[message_id] = (self._seq, text)
 
     async def alist_messages(self, thread_id: str) -> list[Message]:
         with self._lock:
-            texts = list(self._messages.get(check_thread_id(thread_id), {}).values())
+            texts = [text for _, text in self._messages.get(check_thread_id(thread_id), {}).values()]
         return [Message.from_json(t) for t in texts]
+
+    async def alist_messages_after(self, thread_id: str, after_seq: int) -> MessagesAfter:
+        with self._lock:
+            log = list(self._messages.get(check_thread_id(thread_id), {}).values())
+        newer = []
+        for seq, text in reversed(log):  # seq order: the new ones are at the end
+            if seq <= after_seq:
+                break
+            newer.append((seq, text))
+        rows = [(seq, Message.from_json(text)) for seq, text in reversed(newer)]
+        return MessagesAfter(rows, len(log), log[-1][0] if log else 0)
 
     async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
         encoded = encode_messages(messages)

@@ -44,6 +44,7 @@ from tenxgraph.errors import (
 from tenxgraph.storage.checkpointer.base import (
     RESUMABLE_STATUSES,
     BaseCheckpointer,
+    MessagesAfter,
     ThreadSnapshot,
     check_prune_args,
     check_thread_id,
@@ -325,6 +326,17 @@ class PgCheckpointer(BaseCheckpointer):
         async def op(conn: psycopg.AsyncConnection[Any]) -> list[Message]:
             cur = await conn.execute(self._q["list_messages"], (thread_id,))
             return [Message.from_dict(row[0]) for row in await cur.fetchall()]
+
+        return await self._on_thread(thread_id, "message read", op)
+
+    async def alist_messages_after(self, thread_id: str, after_seq: int) -> MessagesAfter:
+        check_thread_id(thread_id)
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> MessagesAfter:
+            cur = await conn.execute(self._q["list_messages_after"], {"t": thread_id, "after": after_seq})
+            found = await cur.fetchall()
+            rows = [(int(r[2]), Message.from_dict(r[3])) for r in found if r[2] is not None]
+            return MessagesAfter(rows, int(found[0][0]), int(found[0][1]))
 
         return await self._on_thread(thread_id, "message read", op)
 

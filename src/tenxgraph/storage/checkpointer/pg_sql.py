@@ -65,6 +65,14 @@ QUERIES = {
         )
         SELECT version FROM w""",
     "list_messages": "SELECT data FROM {schema}.messages WHERE thread_id = %s ORDER BY seq",
+    # One statement, one snapshot: the thread's count and highest seq, then the rows after a seq (none: NULLs).
+    "list_messages_after": """
+        WITH log AS (
+            SELECT count(*) AS n, coalesce(max(seq), 0) AS last FROM {schema}.messages WHERE thread_id = %(t)s
+        )
+        SELECT log.n, log.last, m.seq, m.data FROM log
+        LEFT JOIN {schema}.messages m ON m.thread_id = %(t)s AND m.seq > %(after)s
+        ORDER BY m.seq""",
     "append_messages": """
         INSERT INTO {schema}.messages (thread_id, message_id, data)
         SELECT %s, u.id, u.data::jsonb FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(id, data, n)

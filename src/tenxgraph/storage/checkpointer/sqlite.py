@@ -29,6 +29,7 @@ from tenxgraph.errors import ConfigError, StaleStateError, ThreadBusyError
 from tenxgraph.storage.checkpointer.base import (
     RESUMABLE_STATUSES,
     BaseCheckpointer,
+    MessagesAfter,
     ThreadSnapshot,
     check_prune_args,
     check_thread_id,
@@ -66,6 +67,7 @@ CREATE INDEX IF NOT EXISTS tool_executions_created_at ON tool_executions (create
 _MIGRATIONS: dict[int, list[str]] = {
     1: [s for s in _SCHEMA.split(";") if s.strip()],
     2: ["ALTER TABLE tool_executions ADD COLUMN status TEXT NOT NULL DEFAULT 'completed'"],
+    3: ["CREATE INDEX IF NOT EXISTS messages_thread_seq ON messages (thread_id, seq)"],
 }
 _MAX_VARS = 500  # keys per IN (...) list, well under SQLite's variable limit
 _PRUNE = """
@@ -175,6 +177,23 @@ class SqliteCheckpointer(BaseCheckpointer):
     async def alist_messages(self, thread_id: str) -> list[Message]:
         rows = self._read("SELECT data FROM messages WHERE thread_id = ? ORDER BY seq", (check_thread_id(thread_id),))
         return [Message.from_json(str(r[0])) for r in rows]
+
+    async def alist_messages_after(self, thread_id: str, after_seq: int) -> MessagesAfter:
+        check_thread_id(thread_id)
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN")  # one snapshot for the rows and the count (WAL readers do not block writers)
+            try:
+                rows = conn.execute(
+                    "SELECT seq, data FROM messages WHERE thread_id = ? AND seq > ? ORDER BY seq",
+                    (thread_id, after_seq),
+                ).fetchall()
+                count, last = conn.execute(
+                    "SELECT count(*), coalesce(max(seq), 0) FROM messages WHERE thread_id = ?", (thread_id,)
+                ).fetchone()
+            finally:
+                conn.execute("COMMIT")
+        return MessagesAfter([(int(q), Message.from_json(str(d))) for q, d in rows], int(count), int(last))
 
     async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
         encoded = encode_messages(messages)

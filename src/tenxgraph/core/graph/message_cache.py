@@ -1,0 +1,75 @@
+"""Decoded messages of recently run threads, so that a turn reads only the messages stored since the last one.
+
+A thread's log is append-only, and each stored message gets a sequence number that is never reused
+(:meth:`BaseCheckpointer.alist_messages_after`). The cache keeps, per thread, the decoded messages up to a
+sequence number and their count; a load asks storage for the rows after it together with the thread's current
+count and highest number, read at one moment. When the kept messages plus the new rows make that count, they are
+the log; otherwise (the thread was deleted and made again, or a message committed out of sequence order) the log
+is read whole. Storage stays the source of truth: the cache only saves decoding what did not change. Messages are
+immutable, so the kept objects can be shared with the states built from them.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from tenxgraph.core.state.messages import Message
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+
+DEFAULT_THREADS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    messages: tuple[Message, ...]
+    last_seq: int
+
+
+class MessageCache:
+    def __init__(self, max_threads: int = DEFAULT_THREADS) -> None:
+        if max_threads < 0:
+            raise ValueError(f"max_threads must be 0 (no cache) or more, got {max_threads}")
+        self.max_threads = max_threads
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._owner: weakref.ref[BaseCheckpointer] | None = None  # what the kept messages were read from
+        self._lock = threading.Lock()  # graphs are shared between threads of a server
+        #: Messages decoded by the last :meth:`load` on this cache (for tests and benchmarks).
+        self.last_read = 0
+
+    async def load(self, checkpointer: BaseCheckpointer, thread_id: str) -> list[Message]:
+        """The thread's messages in stored order, reading only those stored since the last load."""
+        with self._lock:
+            if self._owner is None or self._owner() is not checkpointer:  # other storage: nothing kept applies
+                self._kept.clear()
+                self._owner = weakref.ref(checkpointer)
+            kept = self._kept.get(thread_id)
+        after = kept.last_seq if kept is not None and self.max_threads else 0
+        found = await checkpointer.alist_messages_after(thread_id, after)
+        if found is None:  # storage without sequence numbers: the whole log, every time
+            messages = await checkpointer.alist_messages(thread_id)
+            self.last_read = len(messages)
+            return messages
+        new = tuple(m for _, m in found.rows)
+        if after and kept is not None and len(kept.messages) + len(new) == found.count:
+            log = kept.messages + new
+        elif len(new) == found.count:
+            log = new
+        else:  # the kept messages are not a prefix of the log any more: read it whole
+            found = await checkpointer.alist_messages_after(thread_id, 0)
+            assert found is not None
+            log = tuple(m for _, m in found.rows)
+        self.last_read = len(found.rows)
+        if self.max_threads:
+            with self._lock:
+                self._kept[thread_id] = _Kept(log, found.last_seq if len(log) == found.count else 0)
+                self._kept.move_to_end(thread_id)
+                while len(self._kept) > self.max_threads:
+                    self._kept.popitem(last=False)
+        return list(log)
+
+    def forget(self, thread_id: str) -> None:
+        with self._lock:
+            self._kept.pop(thread_id, None)
