@@ -165,6 +165,24 @@ class CheckpointerConformance:
         stored = checkpointer.get_tool_results(tid, ["m:c"])["m:c"]
         assert stored == {"output": wins.index(True)}
 
+    def test_ledger_group_write(self, checkpointer: BaseCheckpointer) -> None:
+        """Several records in one write: each as a single write would be (first wins, an intent is replaced), and an
+        unstorable one gets its SerializationError in its place without failing the others."""
+        tid = _tid()
+        checkpointer.put_tool_result(tid, "m:old", {"output": "first"})
+        checkpointer.put_tool_intent(tid, "m:intent", {"kind": "intent"})
+        records: list[tuple[str, dict[str, Any]]] = [
+            ("m:old", {"output": "second"}),
+            ("m:intent", {"output": "done"}),
+            ("m:bad", {"output": "nul \x00"}),
+            ("m:new", {"output": 3}),
+        ]
+        out = run_sync(checkpointer.aput_tool_results(tid, records))
+        assert out[:2] == [False, True] and isinstance(out[2], SerializationError) and out[3] is True
+        stored = checkpointer.list_tool_results(tid)
+        assert stored == {"m:old": {"output": "first"}, "m:intent": {"output": "done"}, "m:new": {"output": 3}}
+        assert run_sync(checkpointer.aput_tool_results(tid, [])) == []
+
     def test_ledger_records_are_copies(self, checkpointer: BaseCheckpointer) -> None:
         tid = _tid()
         record: dict[str, Any] = {"output": {"items": [1]}}

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from pytest_replaysafe.evidence import Entry, ExecutionLog, fingerprint
 from pytest_replaysafe.matrix import first_state_path
 from tenxgraph.core.state.messages import JSON, Message
+from tenxgraph.errors import SerializationError
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
 
@@ -39,6 +40,21 @@ class RecordingCheckpointer(DelegatingCheckpointer):
         self.log.write(Entry(thread_id, key, "record", tool, fp, bool(record.get("is_error"))))
         written = await super().aput_tool_result(thread_id, key, record)
         self.log.write(Entry(thread_id, key, "recorded", tool, fp))
+        return written
+
+    async def aput_tool_results(
+        self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]
+    ) -> list[bool | SerializationError]:
+        """A group commit, logged as what it is: every record begun, one write, every record done."""
+        entries = []
+        for key, record in records:
+            tool = str(record["tool"]) if record.get("tool") else None
+            entries.append((key, tool, fingerprint(record.get("output")), bool(record.get("is_error"))))
+            self.log.write(Entry(thread_id, key, "record", tool, entries[-1][2], entries[-1][3]))
+        written = await self.inner.aput_tool_results(thread_id, records)
+        for (key, tool, fp, _), outcome in zip(entries, written, strict=True):
+            if not isinstance(outcome, SerializationError):
+                self.log.write(Entry(thread_id, key, "recorded", tool, fp))
         return written
 
     @contextlib.asynccontextmanager

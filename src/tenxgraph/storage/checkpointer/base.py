@@ -28,7 +28,7 @@ from datetime import timedelta
 from typing import Any
 
 from tenxgraph.core.state.messages import JSON, Message, dumps, id_problem
-from tenxgraph.errors import ConfigError, ThreadBusyError
+from tenxgraph.errors import ConfigError, SerializationError, ThreadBusyError
 from tenxgraph.utils.constants import THREAD_ID_MAX_BYTES
 from tenxgraph.utils.sync import run_sync
 
@@ -107,6 +107,22 @@ class BaseCheckpointer(ABC):
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         """Store *record* under *key* unless a result is stored already (first write wins; an intent is replaced).
         True if this call wrote it."""
+
+    async def aput_tool_results(
+        self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]
+    ) -> list[bool | SerializationError]:
+        """Several records (distinct keys) as one durable write where the storage can (one transaction, one commit):
+        the ledger's group commit for parallel calls that return together. Per record, as
+        :meth:`aput_tool_result`: True if written, False if a result was stored already; a record that cannot be
+        stored gets its :class:`SerializationError` in its place and the others are still written. The default
+        writes them one by one."""
+        out: list[bool | SerializationError] = []
+        for key, record in records:
+            try:
+                out.append(await self.aput_tool_result(thread_id, key, record))
+            except SerializationError as exc:
+                out.append(exc)
+        return out
 
     @abstractmethod
     async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:

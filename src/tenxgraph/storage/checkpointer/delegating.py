@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from tenxgraph.core.state.messages import JSON, Message
+from tenxgraph.errors import SerializationError
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, MessagesAfter, ThreadSnapshot
 
 
@@ -51,6 +52,14 @@ class DelegatingCheckpointer(BaseCheckpointer):
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         return await self.inner.aput_tool_result(thread_id, key, record)
+
+    async def aput_tool_results(
+        self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]
+    ) -> list[bool | SerializationError]:
+        if type(self).aput_tool_result is not DelegatingCheckpointer.aput_tool_result:
+            # a wrapper that intercepts single writes sees every record (one by one) unless it handles groups too
+            return await BaseCheckpointer.aput_tool_results(self, thread_id, records)
+        return await self.inner.aput_tool_results(thread_id, records)
 
     async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         return await self.inner.aput_tool_intent(thread_id, key, record)

@@ -37,6 +37,7 @@ from tenxgraph.core.state.messages import JSON, Message, dumps
 from tenxgraph.errors import (
     ConfigError,
     RunLockLostError,
+    SerializationError,
     StaleStateError,
     StorageConnectionError,
     ThreadBusyError,
@@ -365,6 +366,37 @@ class PgCheckpointer(BaseCheckpointer):
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         return await self._put_ledger("put_result", thread_id, key, dumps(record, f"ledger record {key!r}"))
+
+    async def aput_tool_results(
+        self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]
+    ) -> list[bool | SerializationError]:
+        """One statement (one commit) for the whole group; idempotent, so a retry cannot write twice."""
+        check_thread_id(thread_id)
+        out: list[bool | SerializationError] = []
+        texts: dict[str, tuple[int, str]] = {}
+        for i, (key, record) in enumerate(records):
+            try:
+                text = dumps(record, f"ledger record {key!r}")
+            except SerializationError as exc:
+                out.append(exc)
+                continue
+            if key in texts:  # one statement cannot update a row twice: the first record of a key wins
+                out.append(False)
+                continue
+            texts[key] = (i, text)
+            out.append(False)
+        if not texts:
+            return out
+        params = {"t": thread_id, "keys": list(texts), "results": [text for _, text in texts.values()]}
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> set[str]:
+            cur = await conn.execute(self._q["put_results"], params)
+            return {row[0] for row in await cur.fetchall()}
+
+        written = await self._retrying("ledger write", op)
+        for key, (i, _) in texts.items():
+            out[i] = key in written
+        return out
 
     async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         return await self._put_ledger("put_intent", thread_id, key, dumps(record, f"ledger intent {key!r}"))

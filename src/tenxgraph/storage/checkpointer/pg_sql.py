@@ -84,6 +84,14 @@ QUERIES = {
         VALUES (%s, %s, %s::text::jsonb, 'completed')
         ON CONFLICT (thread_id, key) DO UPDATE SET result = EXCLUDED.result, status = 'completed', created_at = now()
         WHERE {schema}.tool_executions.status = 'started'""",
+    # The group commit: several records in one statement (one transaction); RETURNING names those written.
+    "put_results": """
+        INSERT INTO {schema}.tool_executions (thread_id, key, result, status)
+        SELECT %(t)s, r.key, r.result::jsonb, 'completed'
+        FROM unnest(%(keys)s::text[], %(results)s::text[]) AS r(key, result)
+        ON CONFLICT (thread_id, key) DO UPDATE SET result = EXCLUDED.result, status = 'completed', created_at = now()
+        WHERE {schema}.tool_executions.status = 'started'
+        RETURNING key""",
     "put_intent": """
         INSERT INTO {schema}.tool_executions (thread_id, key, result, status)
         VALUES (%s, %s, %s::text::jsonb, 'started')

@@ -25,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from tenxgraph.core.state.messages import JSON, Message, dumps
-from tenxgraph.errors import ConfigError, StaleStateError, ThreadBusyError
+from tenxgraph.errors import ConfigError, SerializationError, StaleStateError, ThreadBusyError
 from tenxgraph.storage.checkpointer.base import (
     RESUMABLE_STATUSES,
     BaseCheckpointer,
@@ -69,6 +69,11 @@ _MIGRATIONS: dict[int, list[str]] = {
     2: ["ALTER TABLE tool_executions ADD COLUMN status TEXT NOT NULL DEFAULT 'completed'"],
     3: ["CREATE INDEX IF NOT EXISTS messages_thread_seq ON messages (thread_id, seq)"],
 }
+_PUT_RESULT = (
+    "INSERT INTO tool_executions (thread_id, key, result, created_at, status) VALUES (?, ?, ?, ?, 'completed') "
+    "ON CONFLICT (thread_id, key) DO UPDATE SET result = excluded.result, created_at = excluded.created_at, "
+    "status = 'completed' WHERE tool_executions.status = 'started'"
+)
 _MAX_VARS = 500  # keys per IN (...) list, well under SQLite's variable limit
 _PRUNE = """
 DELETE FROM tool_executions WHERE rowid IN (
@@ -218,14 +223,27 @@ class SqliteCheckpointer(BaseCheckpointer):
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         text = dumps(record, f"ledger record {key!r}")
         with self._tx() as conn:
-            cur = conn.execute(
-                "INSERT INTO tool_executions (thread_id, key, result, created_at, status) "
-                "VALUES (?, ?, ?, ?, 'completed') ON CONFLICT (thread_id, key) DO UPDATE SET "
-                "result = excluded.result, created_at = excluded.created_at, status = 'completed' "
-                "WHERE tool_executions.status = 'started'",
-                (check_thread_id(thread_id), key, text, time.time()),
-            )
-            return cur.rowcount == 1
+            return conn.execute(_PUT_RESULT, (check_thread_id(thread_id), key, text, time.time())).rowcount == 1
+
+    async def aput_tool_results(
+        self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]
+    ) -> list[bool | SerializationError]:
+        """One transaction, one fsync for the whole group."""
+        check_thread_id(thread_id)
+        out: list[bool | SerializationError] = []
+        texts: list[tuple[int, str, str]] = []
+        for i, (key, record) in enumerate(records):
+            try:
+                texts.append((i, key, dumps(record, f"ledger record {key!r}")))
+                out.append(False)
+            except SerializationError as exc:
+                out.append(exc)
+        if texts:
+            now = time.time()
+            with self._tx() as conn:
+                for i, key, text in texts:
+                    out[i] = conn.execute(_PUT_RESULT, (thread_id, key, text, now)).rowcount == 1
+        return out
 
     async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         text = dumps(record, f"ledger intent {key!r}")

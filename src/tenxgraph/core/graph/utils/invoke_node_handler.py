@@ -38,6 +38,7 @@ from tenxgraph.core.graph.ledger_record import (
     execution_of,
     result_message_id,
 )
+from tenxgraph.core.graph.record_batch import RecordBatch, batch_var
 from tenxgraph.core.graph.tool_call import (
     BatchTurns,
     ToolCallInfo,
@@ -211,7 +212,11 @@ async def _record(execution: ToolExecution, key: str, ctx: RunContext, info: Too
     try:
         crash_point("ledger.write_error")
         # The checkpointer encodes the record once; an unserialisable result raises SerializationError there.
-        await ctx.checkpointer.aput_tool_result(ctx.thread_id, key, encode_record(execution))
+        batch = batch_var.get()
+        if batch is not None:  # step 4 for parallel calls: those that return together are recorded together
+            await batch.put(key, encode_record(execution))
+        else:
+            await ctx.checkpointer.aput_tool_result(ctx.thread_id, key, encode_record(execution))
     except SerializationError as exc:
         log.error(
             "tool %r returned a value that cannot be stored (key %r, thread %r): %s. Its error result is recorded "
@@ -320,9 +325,11 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
     order = completion_order()
     batch = [info for _, _, info, _ in to_run]
     token = turns_var.set(BatchTurns(order(batch)) if order is not None and len(batch) > 1 else None)
-    try:  # each task copies the context as it is created, so every call of the batch sees the batch's turns
+    group = batch_var.set(RecordBatch(ctx.checkpointer, ctx.thread_id) if len(batch) > 1 else None)
+    try:  # each task copies the context as it is created, so every call sees the batch's turns and records
         tasks = [asyncio.ensure_future(_run_one(c, k, tools, ctx, i, d)) for c, k, i, d in to_run]
     finally:
+        batch_var.reset(group)
         turns_var.reset(token)
     ran = iter(await _gather(tasks)) if tasks else iter(())
     return [r if r is not None else next(ran) for r in results]

@@ -1,0 +1,97 @@
+"""Group commit of ledger records: the parallel calls of one assistant message that return together are recorded
+in one durable write (one transaction, one commit), and a call that returns alone is not delayed.
+
+The first record to arrive is written by the call that brought it, after one turn of the event loop (so that
+siblings which returned at the same moment, and are ready to run, join it). Records that arrive while that write
+is in flight wait; when it is done, the first of them writes all that are waiting, in one
+:meth:`BaseCheckpointer.aput_tool_results`. Each call still goes on only once its own record is durable (or its
+write failed, which it logs as before: the failed-record-write gap). A crash stops the writer and its group alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from dataclasses import dataclass, field
+
+from tenxgraph.core.state.messages import JSON
+from tenxgraph.errors import SerializationError
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+
+_LEAD = object()  # a waiting record's future resolves to this when its call is to write the next group
+
+
+@dataclass
+class _Waiting:
+    key: str
+    record: dict[str, JSON]
+    done: asyncio.Future[object] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class RecordBatch:
+    """The records of one tool node's calls (distinct keys), written in groups."""
+
+    def __init__(self, checkpointer: BaseCheckpointer, thread_id: str) -> None:
+        self.checkpointer = checkpointer
+        self.thread_id = thread_id
+        self._waiting: list[_Waiting] = []
+        self._busy = False
+        #: Sizes of the groups written so far (for tests and benchmarks).
+        self.groups: list[int] = []
+
+    async def put(self, key: str, record: dict[str, JSON]) -> bool:
+        """Write *record* (alone or with others that are waiting); as ``aput_tool_result``, True if written.
+        Raises the write's error, or this record's :class:`SerializationError`."""
+        mine = _Waiting(key, record)
+        self._waiting.append(mine)
+        if self._busy:
+            outcome = await mine.done
+            if outcome is not _LEAD:
+                return self._result(outcome)
+        self._busy = True
+        if not self.groups:  # the node's first write: let siblings that returned at the same moment join it
+            await asyncio.sleep(0)
+        group = [w for w in self._waiting if not w.done.cancelled()]  # (a cancelled call records nothing)
+        self._waiting = []
+        self.groups.append(len(group))
+        try:
+            if len(group) == 1:
+                results: list[bool | SerializationError] = [
+                    await self.checkpointer.aput_tool_result(self.thread_id, key, record)
+                ]
+            else:
+                results = await self.checkpointer.aput_tool_results(self.thread_id, [(w.key, w.record) for w in group])
+        except Exception as exc:
+            for w in group:
+                if w is not mine:
+                    w.done.set_exception(exc)
+            raise
+        except BaseException:  # a crash or a cancellation: nobody in this group was recorded
+            for w in group:
+                if w is not mine:
+                    w.done.cancel()
+            raise
+        finally:
+            self._pass_on()
+        for w, result in zip(group, results, strict=True):
+            if w is not mine:
+                w.done.set_result(result)
+        return self._result(results[group.index(mine)])
+
+    def _pass_on(self) -> None:
+        """The first record that arrived during the write writes the next group; else the batch is idle."""
+        for w in self._waiting:
+            if not w.done.done():
+                w.done.set_result(_LEAD)
+                return
+        self._busy = False
+
+    @staticmethod
+    def _result(outcome: object) -> bool:
+        if isinstance(outcome, SerializationError):
+            raise outcome
+        return bool(outcome)
+
+
+#: The record batch of the tool node running in this context (None: records are written one by one).
+batch_var: contextvars.ContextVar[RecordBatch | None] = contextvars.ContextVar("tenxgraph_record_batch", default=None)

@@ -1,0 +1,109 @@
+"""Group commit of ledger records, proven by counting writes (each ledger write is one transaction), not by time:
+parallel calls that return together are recorded in one write; a failed group write or an unstorable record
+leaves each call exactly where it would be alone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+from tenxgraph.core.state.messages import JSON
+from tenxgraph.errors import SerializationError
+from tenxgraph.storage.checkpointer import BaseCheckpointer
+from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
+
+
+class CountingWrites(DelegatingCheckpointer):
+    """Counts ledger writes (one transaction each) and the records in each."""
+
+    def __init__(self, inner: BaseCheckpointer) -> None:
+        super().__init__(inner)
+        self.writes: list[int] = []
+        self.fail_groups = False
+
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        self.writes.append(1)
+        return await super().aput_tool_result(thread_id, key, record)
+
+    async def aput_tool_results(
+        self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]
+    ) -> list[bool | SerializationError]:
+        self.writes.append(len(records))
+        if self.fail_groups:
+            raise ConnectionError("the database went away mid-commit")
+        return await self.inner.aput_tool_results(thread_id, records)
+
+
+def fan_out(n: int, runs: dict[str, int], result: object = None) -> ReactAgent:
+    """One assistant message with *n* parallel calls of a tool whose bodies all return at the same moment."""
+    everyone = asyncio.Event()
+    started = 0
+
+    async def fetch(item: int) -> object:
+        """Fetch an item."""
+        nonlocal started
+        runs[str(item)] = runs.get(str(item), 0) + 1
+        started += 1
+        if started == n:
+            everyone.set()
+        await everyone.wait()
+        return result if result is not None and item == 0 else f"item {item}"
+
+    model = ScriptedModel([Reply(tool_calls=[("fetch", {"item": i}) for i in range(n)]), "All fetched."])
+    return ReactAgent(model, tools=[fetch])
+
+
+@pytest.mark.parametrize("n", [1, 4, 16])
+def test_calls_that_return_together_are_recorded_in_one_write(checkpointer: BaseCheckpointer, n: int) -> None:
+    counting = CountingWrites(checkpointer)
+    runs: dict[str, int] = {}
+    app = fan_out(n, runs).compile(checkpointer=counting)
+    result = app.invoke({"messages": [Message.user("fetch them")]}, {"thread_id": f"fan-{n}"})
+    assert result.final_text == "All fetched." and len(runs) == n
+    assert counting.writes == [n]  # one ledger transaction for the whole group (it was n before)
+    assert len(checkpointer.list_tool_results(f"fan-{n}")) == n
+    again = app.invoke(None, {"thread_id": f"fan-{n}"})  # nothing to resume: nothing runs again
+    assert again.final_text == "All fetched." and set(runs.values()) == {1}
+
+
+def test_a_replay_after_a_group_write_runs_nothing_again(checkpointer: BaseCheckpointer) -> None:
+    """The records of a group are replayed like single ones when the node runs again (a crash after the write)."""
+    counting = CountingWrites(checkpointer)
+    runs: dict[str, int] = {}
+    app = fan_out(4, runs).compile(checkpointer=counting)
+    from tenxgraph.core import crashpoints
+
+    with crashpoints.armed("node.after_complete", 1, "raise"), pytest.raises(crashpoints.CrashInjected):
+        app.invoke({"messages": [Message.user("fetch them")]}, {"thread_id": "crashy"})
+    crashpoints.reset()
+    app.invoke(None, {"thread_id": "crashy"})
+    assert runs == {"0": 1, "1": 1, "2": 1, "3": 1} and counting.writes == [4]
+
+
+def test_a_failed_group_write_is_the_failed_record_write_gap_for_each_call(checkpointer: BaseCheckpointer) -> None:
+    counting = CountingWrites(checkpointer)
+    counting.fail_groups = True
+    runs: dict[str, int] = {}
+    app = fan_out(3, runs).compile(checkpointer=counting)
+    result = app.invoke({"messages": [Message.user("fetch them")]}, {"thread_id": "failing"})
+    assert result.final_text == "All fetched."  # the node completed with every call's own result
+    tool_results = [r.output for m in result.state.messages for r in m.tool_results]
+    assert tool_results == ["item 0", "item 1", "item 2"]
+    assert checkpointer.list_tool_results("failing") == {}  # and none is recorded: each may run again
+
+
+def test_an_unstorable_record_in_a_group_does_not_fail_its_siblings(checkpointer: BaseCheckpointer) -> None:
+    counting = CountingWrites(checkpointer)
+    runs: dict[str, int] = {}
+    app = fan_out(3, runs, result="bad \x00 value").compile(checkpointer=counting)
+    result = app.invoke({"messages": [Message.user("fetch them")]}, {"thread_id": "nul"})
+    outputs = [r.output for m in result.state.messages for r in m.tool_results]
+    assert "cannot be stored" in str(outputs[0]) and outputs[1:] == ["item 1", "item 2"]
+    records = checkpointer.list_tool_results("nul")
+    assert len(records) == 3  # the siblings' results, and the bad one's error in its place: nothing re-runs
+    assert counting.writes[0] == 3
+    app.invoke(None, {"thread_id": "nul"})
+    assert set(runs.values()) == {1}
