@@ -1,0 +1,162 @@
+"""N parallel tool calls in one assistant message: one run's time for N = 1, 4, 16, 64, per backend.
+
+Contenders, interleaved in one run: ``tenxgraph`` (group commit: calls that return together are recorded in one
+write), ``one_by_one`` (the same runtime with each record written on its own, as before group commit) and, when
+installed (``make bench`` installs it), LangGraph with ``durability="sync"``. The tool is a plain (sync)
+function that returns at once; both runtimes run such tools in worker threads, so how many calls return
+"together" is up to the scheduler: the ledger writes per run are counted and reported. Reports the median and min of ``--reps`` medians (each over
+``--runs`` runs) and the ledger writes per run.
+
+    python -m benchmarks.parallel [--runs 30] [--reps 3]     (PostgreSQL rows with REPLAYSAFE_PG_DSN set)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench import compare, langgraph_installed, pg_dsn, pg_schema
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+from tenxgraph.core.state.messages import JSON
+from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer, SqliteCheckpointer
+from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
+
+RESULTS = Path(__file__).with_name("parallel.json")
+SIZES = (1, 4, 16, 64)
+
+
+class OneByOne(DelegatingCheckpointer):
+    """Records written one at a time (a wrapper that intercepts single writes gets groups one record at a time)."""
+
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        return await self.inner.aput_tool_result(thread_id, key, record)
+
+
+class Writes(DelegatingCheckpointer):
+    count = 0
+
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        Writes.count += 1
+        return await self.inner.aput_tool_result(thread_id, key, record)
+
+    async def aput_tool_results(self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]) -> Any:
+        Writes.count += 1
+        return await self.inner.aput_tool_results(thread_id, records)
+
+
+def fetch(item: int) -> str:
+    """Fetch an item."""
+    return f"item {item}"
+
+
+def ours(cp: BaseCheckpointer, n: int) -> Callable[[], None]:
+    script: list[Reply | str] = [Reply(tool_calls=[("fetch", {"item": i}) for i in range(n)]), "done"]
+    app: Any = ReactAgent(ScriptedModel(script), tools=[fetch]).compile(checkpointer=cp)
+
+    def run() -> None:
+        app.invoke({"messages": [Message.text_message("fetch")]}, {"thread_id": uuid.uuid4().hex})
+
+    return run
+
+
+def langgraph(saver: Any, n: int) -> Callable[[], None]:
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        if not any(isinstance(m, AIMessage) for m in state["messages"]):
+            calls = [{"name": "fetch", "args": {"item": i}, "id": f"c{i}", "type": "tool_call"} for i in range(n)]
+            return {"messages": [AIMessage(content="", tool_calls=calls)]}
+        return {"messages": [AIMessage(content="done")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model)
+    graph.add_node("tools", ToolNode([tool(fetch)]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
+    graph.add_edge("tools", "agent")
+    app = graph.compile(checkpointer=saver)
+
+    def run() -> None:
+        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        app.invoke({"messages": [HumanMessage("fetch")]}, config, durability="sync")
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="tenxpar-"))
+    load = round(os.getloadavg()[0], 2)
+    out: dict[str, Any] = {"load_average_at_start": load, "cpus": os.cpu_count(), "rows": []}
+    lg = langgraph_installed()
+    print(f"N parallel calls per run; {args.reps} x {args.runs} runs; load average {load}; langgraph: {lg}")
+
+    def measure(backend: str, cp: BaseCheckpointer, saver: Any | None) -> None:
+        for n in SIZES:
+            contenders = {"tenxgraph": ours(cp, n), "one_by_one": ours(OneByOne(cp), n)}
+            if saver is not None:
+                contenders["langgraph"] = langgraph(saver, n)
+            medians: dict[str, list[float]] = {name: [] for name in contenders}
+            for _ in range(args.reps):
+                figures = compare(contenders, args.runs, warmup=3)
+                for name, f in figures.items():
+                    medians[name].append(f["median_ms"])
+            Writes.count = 0
+            ours(Writes(cp), n)()
+            row: dict[str, Any] = {"backend": backend, "n": n, "ledger_writes_per_run": Writes.count}
+            for name, values in medians.items():
+                row[f"{name}_median_ms"] = round(statistics.median(values), 3)
+                row[f"{name}_min_ms"] = round(min(values), 3)
+            if "langgraph" in medians:
+                ratios = [a / b for a, b in zip(medians["tenxgraph"], medians["langgraph"], strict=True)]
+                row["ratio_median"], row["ratio_min"] = round(statistics.median(ratios), 3), round(min(ratios), 3)
+            out["rows"].append(row)
+            print("  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+
+    memory_saver = sqlite_saver = None
+    if lg:
+        import sqlite3
+
+        from langgraph.checkpoint.memory import InMemorySaver
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        memory_saver = InMemorySaver()
+        sqlite_saver = SqliteSaver(sqlite3.connect(tmp / "lg.db", check_same_thread=False))
+        sqlite_saver.setup()
+    measure("memory", InMemoryCheckpointer(), memory_saver)
+    measure("sqlite", SqliteCheckpointer(tmp / "ours.db"), sqlite_saver)
+    dsn = pg_dsn()
+    if dsn:
+        from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+        with pg_schema(dsn, "bench_par") as schema, pg_schema(dsn, "bench_par_lg") as lg_schema:
+            cp = PgCheckpointer(postgres_dsn=dsn, schema=schema)
+            if lg:
+                from langgraph.checkpoint.postgres import PostgresSaver
+
+                sep = "&" if "?" in dsn else "?"
+                with PostgresSaver.from_conn_string(f"{dsn}{sep}options=-csearch_path%3D{lg_schema}") as saver:
+                    saver.setup()
+                    measure("postgres", cp, saver)
+            else:
+                measure("postgres", cp, None)
+            cp.close()
+    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
