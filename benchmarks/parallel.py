@@ -4,8 +4,8 @@ Contenders, interleaved in one run: ``tenxgraph`` (group commit: calls that retu
 write), ``one_by_one`` (the same runtime with each record written on its own, as before group commit) and, when
 installed (``make bench`` installs it), LangGraph with ``durability="sync"``. The tool is a plain (sync)
 function that returns at once; both runtimes run such tools in worker threads, so how many calls return
-"together" is up to the scheduler: the ledger writes per run are counted and reported. Reports the median and min of ``--reps`` medians (each over
-``--runs`` runs) and the ledger writes per run.
+"together" is up to the scheduler: the ledger writes per run are counted and reported. Reports the median and
+min of ``--reps`` medians (each over ``--runs`` runs).
 
     python -m benchmarks.parallel [--runs 30] [--reps 3]     (PostgreSQL rows with REPLAYSAFE_PG_DSN set)
 """
