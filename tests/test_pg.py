@@ -181,12 +181,14 @@ def test_resume_after_the_cache_is_emptied_uses_postgres(pg_redis_checkpointer: 
     client = redis.Redis.from_url(redis_url)
     bystander = f"replaysafe-test-bystander:{uuid.uuid4().hex}"
     client.set(bystander, "user data", ex=600)
+    counting_agent(pg_redis_checkpointer, Counter()).invoke(MSG, {"thread_id": "finished"})
     with crashpoints.armed("tool.after_record", hit=1), pytest.raises(CrashInjected):
         counting_agent(pg_redis_checkpointer, runs).invoke(MSG, {"thread_id": "t"})
     keys_before = set(pg_redis_checkpointer.list_tool_results("t"))
     run_sync(pg_redis_checkpointer.aflush_cache_writes())
     ours = list(client.scan_iter(match=pg_redis_checkpointer.cache_prefix + "*"))
     assert ours and all(k.decode().startswith(pg_redis_checkpointer.cache_prefix) for k in ours)
+    assert [k.decode() for k in ours] == [pg_redis_checkpointer.cache_key("finished")]  # runs end cached, not steps
     client.delete(*ours)
     assert client.get(bystander) == b"user data"
     client.delete(bystander)

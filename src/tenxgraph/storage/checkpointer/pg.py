@@ -276,7 +276,8 @@ class PgCheckpointer(BaseCheckpointer):
         return await self._fetch_thread(check_thread_id(thread_id))
 
     async def aget_cached_thread(self, thread_id: str) -> ThreadSnapshot | None:
-        """The latest state from the Redis cache, falling back to PostgreSQL. For readers (UIs), never for resuming."""
+        """The state the latest run ended with, from the Redis cache (falling back to PostgreSQL). For readers (UIs),
+        never for resuming: a run in progress is not cached step by step."""
         check_thread_id(thread_id)
         cached = await self._cache.get(thread_id) if self._cache is not None else None
         return cached if cached is not None else await self._fetch_thread(thread_id)
@@ -316,7 +317,9 @@ class PgCheckpointer(BaseCheckpointer):
             raise StaleStateError(thread_id, expected_version, actual)
 
         version = await self._on_thread(thread_id, "state write", op)
-        if self._cache is not None:
+        meta = values.get("meta")
+        mid_run = isinstance(meta, dict) and meta.get("status") == "running"
+        if self._cache is not None and not mid_run:  # once per run: the state a run ends with, not every step
             self._cache.put_in_background(thread_id, version, text)
         return version
 
