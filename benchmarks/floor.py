@@ -1,0 +1,148 @@
+"""A run against the floor under it: the same number of durable commits, on the same database, in a loop.
+
+For SQLite and PostgreSQL: the refund run (2 parallel calls) and a run whose one tool returns a 100 KB result,
+each with its commits counted; the floor is that many one-row durable commits (SQLite: WAL, synchronous=FULL;
+PostgreSQL: autocommit INSERTs). Also the same 100 KB run without the ledger (``NoLedger``), which is what storing
+the result a second time (in the ledger record as well as in the tool message) costs. Medians and mins of 3
+interleaved series.
+
+    python -m benchmarks.floor [--runs 60]      (PostgreSQL with REPLAYSAFE_PG_DSN; writes benchmarks/floor.json)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import scenario
+from benchmarks.bench import NoLedger, compare, pg_dsn, pg_schema
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+from tenxgraph.core.state.messages import JSON
+from tenxgraph.storage.checkpointer import BaseCheckpointer, SqliteCheckpointer
+from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
+
+RESULTS = Path(__file__).with_name("floor.json")
+BIG = "x" * 100_000
+
+
+class Commits(DelegatingCheckpointer):
+    """Counts the durable writes a run makes (state writes and ledger writes; each is one transaction)."""
+
+    count = 0
+
+    async def aput_thread(self, *args: Any, **kwargs: Any) -> int:
+        Commits.count += 1
+        return await self.inner.aput_thread(*args, **kwargs)
+
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        Commits.count += 1
+        return await self.inner.aput_tool_result(thread_id, key, record)
+
+    async def aput_tool_results(self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]) -> Any:
+        Commits.count += 1
+        return await self.inner.aput_tool_results(thread_id, records)
+
+
+def big_result() -> str:
+    """Return a large document."""
+    return BIG
+
+
+def run_of(app: Any) -> Callable[[], None]:
+    def run() -> None:
+        app.invoke({"messages": [Message.text_message("go")]}, {"thread_id": uuid.uuid4().hex})
+
+    return run
+
+
+def big_app(cp: BaseCheckpointer) -> Any:
+    model = ScriptedModel([Reply(tool_calls=[("big_result", {})]), "done"])
+    return ReactAgent(model, tools=[big_result]).compile(checkpointer=cp)
+
+
+def commits_per_run(app_of: Callable[[BaseCheckpointer], Any], cp: BaseCheckpointer) -> int:
+    Commits.count = 0
+    run_of(app_of(Commits(cp)))()
+    return Commits.count
+
+
+def sqlite_floor(path: Path, commits: int) -> Callable[[], None]:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE IF NOT EXISTS floor (v TEXT)")
+
+    def run() -> None:
+        for _ in range(commits):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO floor VALUES ('x')")
+            conn.execute("COMMIT")
+
+    return run
+
+
+def pg_floor(dsn: str, schema: str, commits: int) -> Callable[[], None]:
+    import psycopg
+    from psycopg import sql
+
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(sql.SQL("CREATE TABLE {}.floor (v TEXT)").format(sql.Identifier(schema)))
+    insert = sql.SQL("INSERT INTO {}.floor VALUES ('x')").format(sql.Identifier(schema))
+
+    def run() -> None:
+        for _ in range(commits):
+            conn.execute(insert)
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=60)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="tenxfloor-"))
+    out: dict[str, Any] = {"load_average_at_start": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
+
+    def measure(backend: str, cp: BaseCheckpointer, floor_of: Callable[[int], Callable[[], None]]) -> None:
+        refund_commits = commits_per_run(scenario.tenxgraph_app, cp)
+        big_commits = commits_per_run(big_app, cp)
+        contenders = {
+            "refund": run_of(scenario.tenxgraph_app(cp)),
+            "refund_floor": floor_of(refund_commits),
+            "big_result": run_of(big_app(cp)),
+            "big_result_no_ledger": run_of(big_app(NoLedger(cp))),
+        }
+        series: dict[str, list[float]] = {name: [] for name in contenders}
+        for _ in range(3):
+            for name, f in compare(contenders, args.runs // 3, warmup=5).items():
+                series[name].append(f["median_ms"])
+        row: dict[str, Any] = {"refund_commits": refund_commits, "big_result_commits": big_commits}
+        for name, values in series.items():
+            row[f"{name}_ms"] = {"median": round(statistics.median(values), 3), "min": round(min(values), 3)}
+        ratios = [a / b for a, b in zip(series["refund"], series["refund_floor"], strict=True)]
+        row["refund_over_floor"] = {"median": round(statistics.median(ratios), 2), "min": round(min(ratios), 2)}
+        out[backend] = row
+        print(backend, json.dumps(row), flush=True)
+
+    measure("sqlite", SqliteCheckpointer(tmp / "ours.db"), lambda n: sqlite_floor(tmp / "floor.db", n))
+    dsn = pg_dsn()
+    if dsn:
+        from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+        with pg_schema(dsn, "bench_floor") as schema:
+            cp = PgCheckpointer(postgres_dsn=dsn, schema=schema)
+            measure("postgres", cp, lambda n: pg_floor(dsn, schema, n))
+            cp.close()
+    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
