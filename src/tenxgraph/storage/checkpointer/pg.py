@@ -64,7 +64,7 @@ try:
 
     import tenxgraph.storage.checkpointer.pg_connect as pg_connect
     from tenxgraph.storage.checkpointer.pg_cache import RedisStateCache, thread_key
-    from tenxgraph.storage.checkpointer.pg_sql import MIGRATIONS, QUERIES
+    from tenxgraph.storage.checkpointer.pg_sql import MIGRATIONS, QUERIES, json_rows
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(f"{_EXTRA_HINT} ({exc})") from exc
 
@@ -292,14 +292,12 @@ class PgCheckpointer(BaseCheckpointer):
     ) -> int:
         check_thread_id(thread_id)
         text = dumps(values, f"state of thread {thread_id!r}")
-        encoded = encode_messages(new_messages)
-        ids = [mid for mid, _ in encoded]
-        datas = [data for _, data in encoded]
+        rows = json_rows("id", "data", encode_messages(new_messages))
         params: tuple[object, ...]
         if expected_version == 0:
-            query, params = self._q["create_thread"], (thread_id, text, thread_id, ids, datas)
+            query, params = self._q["create_thread"], (thread_id, text, thread_id, rows)
         else:
-            query, params = self._q["update_thread"], (text, thread_id, expected_version, thread_id, ids, datas)
+            query, params = self._q["update_thread"], (text, thread_id, expected_version, thread_id, rows)
         attempts = 0
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> int:
@@ -346,12 +344,10 @@ class PgCheckpointer(BaseCheckpointer):
 
     async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
         check_thread_id(thread_id)
-        encoded = encode_messages(messages)
+        rows = json_rows("id", "data", encode_messages(messages))
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> None:
-            await conn.execute(
-                self._q["append_messages"], (thread_id, [m for m, _ in encoded], [d for _, d in encoded])
-            )
+            await conn.execute(self._q["append_messages"], (thread_id, rows))
 
         await self._retrying("message write", op)
 
@@ -390,7 +386,7 @@ class PgCheckpointer(BaseCheckpointer):
             out.append(False)
         if not texts:
             return out
-        params = {"t": thread_id, "keys": list(texts), "results": [text for _, text in texts.values()]}
+        params = {"t": thread_id, "rows": json_rows("key", "result", [(k, text) for k, (_, text) in texts.items()])}
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> set[str]:
             cur = await conn.execute(self._q["put_results"], params)

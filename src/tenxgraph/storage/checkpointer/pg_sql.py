@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE IF NOT EXISTS {schema}.threads (
@@ -38,7 +41,9 @@ MIGRATIONS: dict[int, list[str]] = {
 
 QUERIES = {
     "get_thread": "SELECT version, state FROM {schema}.threads WHERE thread_id = %s",
-    # CAS + messages in one statement; the messages CTE reads from the write, so a lost CAS stores nothing.
+    # CAS + messages in one statement; the messages CTE reads from the write, so a lost CAS stores nothing. New
+    # messages travel as one JSON array parameter ([{"id": ..., "data": {...}}, ...], see pg.json_rows): no
+    # per-element array escaping on the client.
     "create_thread": """
         WITH w AS (
             INSERT INTO {schema}.threads (thread_id, version, state)
@@ -47,7 +52,7 @@ QUERIES = {
             RETURNING version
         ), m AS (
             INSERT INTO {schema}.messages (thread_id, message_id, data)
-            SELECT %s, u.id, u.data::jsonb FROM w, unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(id, data, n)
+            SELECT %s, u.e->>'id', u.e->'data' FROM w, jsonb_array_elements(%s::text::jsonb) WITH ORDINALITY AS u(e, n)
             ORDER BY u.n
             ON CONFLICT (thread_id, message_id) DO NOTHING
         )
@@ -59,7 +64,7 @@ QUERIES = {
             RETURNING version
         ), m AS (
             INSERT INTO {schema}.messages (thread_id, message_id, data)
-            SELECT %s, u.id, u.data::jsonb FROM w, unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(id, data, n)
+            SELECT %s, u.e->>'id', u.e->'data' FROM w, jsonb_array_elements(%s::text::jsonb) WITH ORDINALITY AS u(e, n)
             ORDER BY u.n
             ON CONFLICT (thread_id, message_id) DO NOTHING
         )
@@ -75,7 +80,7 @@ QUERIES = {
         ORDER BY m.seq""",
     "append_messages": """
         INSERT INTO {schema}.messages (thread_id, message_id, data)
-        SELECT %s, u.id, u.data::jsonb FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(id, data, n)
+        SELECT %s, u.e->>'id', u.e->'data' FROM jsonb_array_elements(%s::text::jsonb) WITH ORDINALITY AS u(e, n)
         ORDER BY u.n
         ON CONFLICT (thread_id, message_id) DO NOTHING""",
     "get_results": "SELECT key, result FROM {schema}.tool_executions WHERE thread_id = %s AND key = ANY(%s)",
@@ -87,8 +92,7 @@ QUERIES = {
     # The group commit: several records in one statement (one transaction); RETURNING names those written.
     "put_results": """
         INSERT INTO {schema}.tool_executions (thread_id, key, result, status)
-        SELECT %(t)s, r.key, r.result::jsonb, 'completed'
-        FROM unnest(%(keys)s::text[], %(results)s::text[]) AS r(key, result)
+        SELECT %(t)s, r.e->>'key', r.e->'result', 'completed' FROM jsonb_array_elements(%(rows)s::text::jsonb) AS r(e)
         ON CONFLICT (thread_id, key) DO UPDATE SET result = EXCLUDED.result, status = 'completed', created_at = now()
         WHERE {schema}.tool_executions.status = 'started'
         RETURNING key""",
@@ -111,3 +115,9 @@ QUERIES = {
     "delete_messages": "DELETE FROM {schema}.messages WHERE thread_id = %s",
     "delete_thread": "DELETE FROM {schema}.threads WHERE thread_id = %s",
 }
+
+
+def json_rows(name: str, value: str, pairs: Sequence[tuple[str, str]]) -> str:
+    """``[{name: key, value: <json>}, ...]`` as JSON text, from keys and JSON texts already encoded (and checked):
+    one query parameter, joined without decoding or re-encoding the values."""
+    return "[" + ",".join(f'{{"{name}":{json.dumps(key)},"{value}":{text}}}' for key, text in pairs) + "]"
