@@ -289,7 +289,8 @@ def test_violations_name_the_tool_and_its_arguments(pytester: pytest.Pytester) -
 
 
 def test_harness_cleans_up_its_own_redis_keys(redis_url: str, pg_dsn: str) -> None:
-    """Fixtures delete only their own prefix; a key outside it survives a whole matrix run over postgres+redis."""
+    """Fixtures delete only their own prefix; a key outside it survives a whole matrix run over postgres+redis,
+    and the schema the run's cells shared is dropped with its cache keys."""
     import uuid
 
     import redis
@@ -297,7 +298,8 @@ def test_harness_cleans_up_its_own_redis_keys(redis_url: str, pg_dsn: str) -> No
     client = redis.Redis.from_url(redis_url)
     bystander = f"replaysafe-bystander:{uuid.uuid4().hex}"
     client.set(bystander, "keep me", ex=600)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    schema = f"rsm_gate_{uuid.uuid4().hex[:12]}"  # the schema the run's PostgreSQL cells share
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "REPLAYSAFE_MATRIX_SCHEMA": schema}
     proc = subprocess.run(
         [
             sys.executable,
@@ -321,6 +323,11 @@ def test_harness_cleans_up_its_own_redis_keys(redis_url: str, pg_dsn: str) -> No
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert client.get(bystander) == b"keep me"
     client.delete(bystander)
+    assert not list(client.scan_iter(match=f"*{schema}*"))  # the shared schema's cache keys are gone
+    import psycopg
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # and so is the schema (one for the whole run)
+        assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
 
 
 def test_a_crash_lets_no_sibling_record_after_it(tmp_path: Path) -> None:

@@ -520,3 +520,38 @@ def test_a_schema_newer_than_this_code_is_refused(pg_dsn: str, pg_schema: str) -
     finally:
         first.close()
         second.close()
+
+
+def test_a_forked_child_neither_probes_nor_sets_up_the_schema_again(
+    pg_checkpointer: PgCheckpointer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The crash matrix forks a child per SIGKILL cell: it opens its own pool, but its parent already connected and
+    set the schema up, so the child skips the probe connection and the migration check (statements it never needs).
+    """
+    from tenxgraph.storage.checkpointer import pg_connect
+
+    pg_checkpointer.put_thread("t", {"n": 1}, expected_version=0)  # the parent connects and sets up
+    calls: list[str] = []
+
+    async def probe(*args: Any) -> None:
+        calls.append("probe")
+
+    async def setup(pool: Any) -> None:
+        calls.append("setup")
+
+    monkeypatch.setattr(pg_connect, "probe", probe)
+    monkeypatch.setattr(pg_checkpointer, "_setup", setup)
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status, never return into pytest
+        code = 1
+        try:
+            snap = pg_checkpointer.get_thread("t")
+            code = 0 if snap is not None and snap.values == {"n": 1} and not calls else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    fresh = PgCheckpointer(postgres_dsn=pg_checkpointer.postgres_dsn, schema=pg_checkpointer.schema)
+    fresh.get_thread("t")  # a new checkpointer in this process still probes first
+    assert calls == ["probe"]
+    fresh.close()

@@ -108,7 +108,7 @@ def crash_run(
         backend = settings.registry[cell.backend]
         if cell.mode in matrix.PROCESS_MODES and not backend.durable:
             _not_applicable(request, cell, settings.seed)
-        factory = backend.factory
+        factory = backend.cell_factory or backend.factory
     run = CrashRun(
         nodeid=request.node.nodeid,
         cell=cell,
@@ -150,6 +150,42 @@ def replaysafe_checkpointer(request: pytest.FixtureRequest) -> BaseCheckpointer:
     """A checkpointer of each backend (PostgreSQL ones skip, or fail in CI, without a server)."""
     backend = {b.name: b for b in matrix.BUILTIN_BACKENDS}[request.param]
     return backend.factory(request)
+
+
+class SharedPg:
+    """One worker's PostgreSQL checkpointers for matrix cells (with and without Redis), on one schema of its own,
+    made on first use; at the end they are closed, the schema dropped and the cache keys under its prefix deleted."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.dsn: str | None = None
+        self.made: dict[str | None, PgCheckpointer] = {}
+
+    def checkpointer(self, dsn: str, redis_url: str | None) -> PgCheckpointer:
+        from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+        self.dsn = dsn
+        if redis_url not in self.made:
+            self.made[redis_url] = PgCheckpointer(postgres_dsn=dsn, redis_url=redis_url, schema=self.schema)
+        return self.made[redis_url]
+
+    def close(self) -> None:
+        for url, cp in self.made.items():
+            cp.close()
+            if url is not None:
+                services.delete_redis_keys(url, cp.cache_prefix)
+        if self.dsn is not None:
+            services.drop_schema(self.dsn, self.schema)
+
+
+@pytest.fixture(scope="session")
+def _replaysafe_matrix_pg(request: pytest.FixtureRequest) -> Iterator[SharedPg]:
+    """``REPLAYSAFE_MATRIX_SCHEMA`` names the schema (plus ``_<xdist worker>``); default: a new random name."""
+    base = os.environ.get("REPLAYSAFE_MATRIX_SCHEMA") or services.new_schema_name("rsm")
+    workerinput = getattr(request.config, "workerinput", None)
+    shared = SharedPg(f"{base}_{workerinput['workerid']}" if workerinput else base)
+    yield shared
+    shared.close()
 
 
 @pytest.fixture(scope="session")

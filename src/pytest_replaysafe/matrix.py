@@ -44,6 +44,8 @@ class Backend:
     durable: bool = True
     unavailable: Callable[[], str | None] = lambda: None
     stale_cache: Callable[[BaseCheckpointer, str, Path], None] | None = None
+    #: For matrix cells only, when they can share more than a test may (default: ``factory``).
+    cell_factory: Callable[[pytest.FixtureRequest], BaseCheckpointer] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,15 +114,34 @@ def _stale_redis(checkpointer: BaseCheckpointer, thread: str, workdir: Path) -> 
         client.close()
 
 
+def _shared_pg(with_redis: bool) -> Callable[[pytest.FixtureRequest], BaseCheckpointer]:
+    """Matrix cells use fresh random thread ids, so the cells of one worker share a PostgreSQL checkpointer (one
+    schema, one pool, set up once) instead of paying a schema's set-up and drop per test item; your own tests
+    that use ``pg_checkpointer`` still get a schema each."""
+
+    def factory(request: pytest.FixtureRequest) -> BaseCheckpointer:
+        shared = request.getfixturevalue("_replaysafe_matrix_pg")
+        url = request.getfixturevalue("redis_url") if with_redis else None
+        return shared.checkpointer(request.getfixturevalue("pg_dsn"), url)  # type: ignore[no-any-return]
+
+    return factory
+
+
 BUILTIN_BACKENDS = (
     Backend("memory", _memory, durable=False),
     Backend("sqlite", _sqlite),
-    Backend("postgres", lambda request: request.getfixturevalue("pg_checkpointer"), unavailable=_postgres_unavailable),
+    Backend(
+        "postgres",
+        lambda request: request.getfixturevalue("pg_checkpointer"),
+        unavailable=_postgres_unavailable,
+        cell_factory=_shared_pg(with_redis=False),
+    ),
     Backend(
         "postgres+redis",
         lambda request: request.getfixturevalue("pg_redis_checkpointer"),
         unavailable=_redis_unavailable,
         stale_cache=_stale_redis,
+        cell_factory=_shared_pg(with_redis=True),
     ),
 )
 

@@ -18,6 +18,7 @@ import pytest
 from pytest_replaysafe import hookspecs, matrix, options
 from pytest_replaysafe.fixtures import (  # noqa: F401 - fixtures are found by name in the plugin module
     _replaysafe_cell,
+    _replaysafe_matrix_pg,
     _replaysafe_pg,
     _replaysafe_redis,
     _replaysafe_seed_faker,

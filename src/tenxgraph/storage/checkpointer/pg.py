@@ -130,6 +130,8 @@ class PgCheckpointer(BaseCheckpointer):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = os.getpid()
         self._ready = False
+        #: The schema is known to be set up (survives a fork: a forked child neither probes nor sets up again).
+        self._set_up = False
         self._open_lock: asyncio.Lock | None = None
         self._lock_conns: dict[str, psycopg.AsyncConnection[Any]] = {}  # run locks held by this process
         # Rendered once to plain strings (the schema is a validated identifier): psycopg caches the parsing of
@@ -167,7 +169,8 @@ class PgCheckpointer(BaseCheckpointer):
         async with self._open_lock:
             if self._pool is None:
                 assert self.postgres_dsn is not None
-                await pg_connect.probe(self.postgres_dsn, self.connect_timeout, self.retries)  # fail fast, with why
+                if not self._set_up:  # fail fast, with why (a forked child's parent has connected already)
+                    await pg_connect.probe(self.postgres_dsn, self.connect_timeout, self.retries)
                 self._pool = AsyncConnectionPool(
                     self.postgres_dsn or "",
                     min_size=1,
@@ -179,9 +182,9 @@ class PgCheckpointer(BaseCheckpointer):
                 )
                 await self._pool.open(wait=True, timeout=self.connect_timeout)
             self._loop = loop
-            if self.auto_setup and not self._ready:
+            if self.auto_setup and not self._set_up:
                 await self._setup(self._pool)
-            self._ready = True
+            self._ready = self._set_up = True
         return self._pool
 
     async def _retrying(self, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
