@@ -70,8 +70,16 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install --quiet -e ".[dev,bench]"
 	touch $@
 
+# Every shape side by side with LangGraph (PostgreSQL rows with REPLAYSAFE_PG_DSN, Redis with REPLAYSAFE_REDIS_URL);
+# all figures end up in benchmarks/results.json. Figures, not pass/fail: see docs/benchmarks.md.
 bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.bench
+	$(BENCH_VENV)/bin/python -m benchmarks.parallel
+	$(BENCH_VENV)/bin/python -m benchmarks.turns
+	$(BENCH_VENV)/bin/python -m benchmarks.floor
+	if [ -n "$${REPLAYSAFE_PG_DSN:-}" ] && [ -n "$${REPLAYSAFE_REDIS_URL:-}" ]; then \
+		$(BENCH_VENV)/bin/python -m benchmarks.redis_cache; fi
+	$(BENCH_VENV)/bin/python -m benchmarks.collect
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache crash-matrix.json crash-matrix.md crash-matrix.html

@@ -160,6 +160,58 @@ def langgraph(saver: Any) -> Callable[[], None]:
     return run
 
 
+def langgraph_savers(tmp: Path) -> dict[str, Any]:
+    """LangGraph's in-memory and SQLite savers (``make bench`` installs LangGraph)."""
+    import sqlite3
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    sqlite_saver = SqliteSaver(sqlite3.connect(tmp / "langgraph.db", check_same_thread=False))
+    sqlite_saver.setup()
+    return {"memory": InMemorySaver(), "sqlite": sqlite_saver}
+
+
+@contextmanager
+def postgres_saver(dsn: str, schema: str) -> Iterator[Any]:
+    """LangGraph's PostgreSQL saver on a schema of its own."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    sep = "&" if "?" in dsn else "?"
+    with PostgresSaver.from_conn_string(f"{dsn}{sep}options=-csearch_path%3D{schema}") as saver:
+        saver.setup()
+        yield saver
+
+
+def langgraph_calls(saver: Any, fn: Callable[..., Any], calls: list[dict[str, Any]]) -> Callable[[], None]:
+    """A LangGraph run (``durability="sync"``): one assistant message calling *fn* once per args in *calls* (in
+    parallel), then a final answer; a fresh thread per run."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        if not any(isinstance(m, AIMessage) for m in state["messages"]):
+            asked = [{"name": fn.__name__, "args": a, "id": f"c{i}", "type": "tool_call"} for i, a in enumerate(calls)]
+            return {"messages": [AIMessage(content="", tool_calls=asked)]}
+        return {"messages": [AIMessage(content="done")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model)
+    graph.add_node("tools", ToolNode([tool(fn)]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
+    graph.add_edge("tools", "agent")
+    app = graph.compile(checkpointer=saver)
+
+    def run() -> None:
+        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        app.invoke({"messages": [HumanMessage("go")]}, config, durability="sync")
+
+    return run
+
+
 def langgraph_installed() -> bool:
     try:
         import langgraph  # noqa: F401
@@ -254,28 +306,15 @@ def main() -> None:
         ledger[backend] = figures["no_ledger"]
 
     print("refund scenario, one run = 1 user turn, 2 parallel tool calls, final answer")
-    memory_saver = sqlite_saver = None
-    if lg:
-        import sqlite3
-
-        from langgraph.checkpoint.memory import InMemorySaver
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        memory_saver = InMemorySaver()
-        sqlite_saver = SqliteSaver(sqlite3.connect(tmp / "langgraph.db", check_same_thread=False))
-        sqlite_saver.setup()
-    backend_rows("memory", InMemoryCheckpointer(), memory_saver)
-    backend_rows("sqlite", SqliteCheckpointer(tmp / "ours.db"), sqlite_saver)
+    savers = langgraph_savers(tmp) if lg else {}
+    backend_rows("memory", InMemoryCheckpointer(), savers.get("memory"))
+    backend_rows("sqlite", SqliteCheckpointer(tmp / "ours.db"), savers.get("sqlite"))
     dsn = pg_dsn()
     if dsn:
         with pg_schema(dsn, "bench_ours") as schema, pg_schema(dsn, "bench_lg") as lg_schema:
             cp = make_pg(dsn, schema)
             if lg:
-                from langgraph.checkpoint.postgres import PostgresSaver
-
-                sep = "&" if "?" in dsn else "?"
-                with PostgresSaver.from_conn_string(f"{dsn}{sep}options=-csearch_path%3D{lg_schema}") as saver:
-                    saver.setup()
+                with postgres_saver(dsn, lg_schema) as saver:
                     backend_rows("postgres", cp, saver)
             else:
                 backend_rows("postgres", cp, None)

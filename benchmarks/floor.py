@@ -23,7 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import scenario
-from benchmarks.bench import NoLedger, compare, pg_dsn, pg_schema
+from benchmarks.bench import (
+    NoLedger,
+    compare,
+    langgraph_calls,
+    langgraph_installed,
+    langgraph_savers,
+    pg_dsn,
+    pg_schema,
+    postgres_saver,
+)
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core.state.messages import JSON
 from tenxgraph.storage.checkpointer import BaseCheckpointer, SqliteCheckpointer
@@ -111,7 +120,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="tenxfloor-"))
     out: dict[str, Any] = {"load_average_at_start": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
 
-    def measure(backend: str, cp: BaseCheckpointer, floor_of: Callable[[int], Callable[[], None]]) -> None:
+    def measure(
+        backend: str, cp: BaseCheckpointer, floor_of: Callable[[int], Callable[[], None]], saver: Any | None
+    ) -> None:
         refund_commits = commits_per_run(scenario.tenxgraph_app, cp)
         big_commits = commits_per_run(big_app, cp)
         contenders = {
@@ -120,6 +131,8 @@ def main() -> None:
             "big_result": run_of(big_app(cp)),
             "big_result_no_ledger": run_of(big_app(NoLedger(cp))),
         }
+        if saver is not None:
+            contenders["big_result_langgraph"] = langgraph_calls(saver, big_result, [{}])
         series: dict[str, list[float]] = {name: [] for name in contenders}
         for _ in range(3):
             for name, f in compare(contenders, args.runs // 3, warmup=5).items():
@@ -129,17 +142,28 @@ def main() -> None:
             row[f"{name}_ms"] = {"median": round(statistics.median(values), 3), "min": round(min(values), 3)}
         ratios = [a / b for a, b in zip(series["refund"], series["refund_floor"], strict=True)]
         row["refund_over_floor"] = {"median": round(statistics.median(ratios), 2), "min": round(min(ratios), 2)}
+        if saver is not None:
+            big = [a / b for a, b in zip(series["big_result"], series["big_result_langgraph"], strict=True)]
+            row["big_result_over_langgraph"] = {"median": round(statistics.median(big), 2), "min": round(min(big), 2)}
         out[backend] = row
         print(backend, json.dumps(row), flush=True)
 
-    measure("sqlite", SqliteCheckpointer(tmp / "ours.db"), lambda n: sqlite_floor(tmp / "floor.db", n))
+    lg = langgraph_installed()
+    savers = langgraph_savers(tmp) if lg else {}
+    measure(
+        "sqlite", SqliteCheckpointer(tmp / "ours.db"), lambda n: sqlite_floor(tmp / "floor.db", n), savers.get("sqlite")
+    )
     dsn = pg_dsn()
     if dsn:
         from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 
-        with pg_schema(dsn, "bench_floor") as schema:
+        with pg_schema(dsn, "bench_floor") as schema, pg_schema(dsn, "bench_floor_lg") as lg_schema:
             cp = PgCheckpointer(postgres_dsn=dsn, schema=schema)
-            measure("postgres", cp, lambda n: pg_floor(dsn, schema, n))
+            if lg:
+                with postgres_saver(dsn, lg_schema) as saver:
+                    measure("postgres", cp, lambda n: pg_floor(dsn, schema, n), saver)
+            else:
+                measure("postgres", cp, lambda n: pg_floor(dsn, schema, n), None)
             cp.close()
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
 

@@ -22,7 +22,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench import compare, langgraph_installed, pg_dsn, pg_schema
+from benchmarks.bench import (
+    compare,
+    langgraph_calls,
+    langgraph_installed,
+    langgraph_savers,
+    pg_dsn,
+    pg_schema,
+    postgres_saver,
+)
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core.state.messages import JSON
 from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer, SqliteCheckpointer
@@ -66,33 +74,6 @@ def ours(cp: BaseCheckpointer, n: int) -> Callable[[], None]:
     return run
 
 
-def langgraph(saver: Any, n: int) -> Callable[[], None]:
-    from langchain_core.messages import AIMessage, HumanMessage
-    from langchain_core.tools import tool
-    from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
-
-    def model(state: MessagesState) -> dict[str, Any]:
-        if not any(isinstance(m, AIMessage) for m in state["messages"]):
-            calls = [{"name": "fetch", "args": {"item": i}, "id": f"c{i}", "type": "tool_call"} for i in range(n)]
-            return {"messages": [AIMessage(content="", tool_calls=calls)]}
-        return {"messages": [AIMessage(content="done")]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", model)
-    graph.add_node("tools", ToolNode([tool(fetch)]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
-    graph.add_edge("tools", "agent")
-    app = graph.compile(checkpointer=saver)
-
-    def run() -> None:
-        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
-        app.invoke({"messages": [HumanMessage("fetch")]}, config, durability="sync")
-
-    return run
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=30)
@@ -108,7 +89,7 @@ def main() -> None:
         for n in SIZES:
             contenders = {"tenxgraph": ours(cp, n), "one_by_one": ours(OneByOne(cp), n)}
             if saver is not None:
-                contenders["langgraph"] = langgraph(saver, n)
+                contenders["langgraph"] = langgraph_calls(saver, fetch, [{"item": i} for i in range(n)])
             medians: dict[str, list[float]] = {name: [] for name in contenders}
             for _ in range(args.reps):
                 figures = compare(contenders, args.runs, warmup=3)
@@ -126,18 +107,9 @@ def main() -> None:
             out["rows"].append(row)
             print("  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
-    memory_saver = sqlite_saver = None
-    if lg:
-        import sqlite3
-
-        from langgraph.checkpoint.memory import InMemorySaver
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        memory_saver = InMemorySaver()
-        sqlite_saver = SqliteSaver(sqlite3.connect(tmp / "lg.db", check_same_thread=False))
-        sqlite_saver.setup()
-    measure("memory", InMemoryCheckpointer(), memory_saver)
-    measure("sqlite", SqliteCheckpointer(tmp / "ours.db"), sqlite_saver)
+    savers = langgraph_savers(tmp) if lg else {}
+    measure("memory", InMemoryCheckpointer(), savers.get("memory"))
+    measure("sqlite", SqliteCheckpointer(tmp / "ours.db"), savers.get("sqlite"))
     dsn = pg_dsn()
     if dsn:
         from tenxgraph.storage.checkpointer.pg import PgCheckpointer
@@ -145,11 +117,7 @@ def main() -> None:
         with pg_schema(dsn, "bench_par") as schema, pg_schema(dsn, "bench_par_lg") as lg_schema:
             cp = PgCheckpointer(postgres_dsn=dsn, schema=schema)
             if lg:
-                from langgraph.checkpoint.postgres import PostgresSaver
-
-                sep = "&" if "?" in dsn else "?"
-                with PostgresSaver.from_conn_string(f"{dsn}{sep}options=-csearch_path%3D{lg_schema}") as saver:
-                    saver.setup()
+                with postgres_saver(dsn, lg_schema) as saver:
                     measure("postgres", cp, saver)
             else:
                 measure("postgres", cp, None)

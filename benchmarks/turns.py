@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench import pg_dsn, pg_schema
+from benchmarks.bench import langgraph_installed, langgraph_savers, pg_dsn, pg_schema, postgres_saver
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer, SqliteCheckpointer
 from tenxgraph.storage.checkpointer.base import MessagesAfter
@@ -76,6 +76,36 @@ def one_thread(cp: BaseCheckpointer, turns: int) -> dict[int, tuple[float, int]]
     return out
 
 
+def langgraph_thread(saver: Any, turns: int) -> dict[int, tuple[float, int]]:
+    """The same conversation on LangGraph (``durability="sync"``); messages read are not counted there (-1)."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        if isinstance(state["messages"][-1], HumanMessage):
+            call = {"name": "lookup_order", "args": {"order_id": "1042"}, "id": uuid.uuid4().hex, "type": "tool_call"}
+            return {"messages": [AIMessage(content="", tool_calls=[call])]}
+        return {"messages": [AIMessage(content="Order 1042 is delivered.")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model)
+    graph.add_node("tools", ToolNode([tool(lookup_order)]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
+    graph.add_edge("tools", "agent")
+    app = graph.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": f"lg-{uuid.uuid4().hex[:8]}"}}
+    out: dict[int, tuple[float, int]] = {}
+    for turn in range(1, turns + 1):
+        started = time.perf_counter()
+        app.invoke({"messages": [HumanMessage(f"where is order 1042? ({turn})")]}, config, durability="sync")
+        if turn in MEASURED:
+            out[turn] = ((time.perf_counter() - started) * 1000, -1)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
@@ -85,26 +115,39 @@ def main() -> None:
     load = round(os.getloadavg()[0], 2)
     results: dict[str, Any] = {"load_average_at_start": load, "cpus": os.cpu_count(), "backends": {}}
 
-    def measure(name: str, cp: BaseCheckpointer) -> None:
-        runs = [one_thread(cp, args.turns) for _ in range(args.reps)]
+    def summary(runs: list[dict[int, tuple[float, int]]]) -> dict[str, Any]:
         rows: dict[str, Any] = {}
-        for turn in MEASURED:
-            if turn > args.turns:
-                continue
+        for turn in [t for t in MEASURED if t <= args.turns]:
             times = [r[turn][0] for r in runs]
             rows[str(turn)] = {
                 "min_ms": round(min(times), 3),
                 "median_ms": round(statistics.median(times), 3),
                 "messages_read": runs[-1][turn][1],
             }
-        last, first = rows[str(max(t for t in MEASURED if t <= args.turns))], rows["2"]
-        rows["last_over_turn_2"] = round(last["median_ms"] / first["median_ms"], 2)
-        results["backends"][name] = rows
-        print(f"{name:15} " + "  ".join(f"turn {t}: {v}" for t, v in rows.items()), flush=True)
+        last = rows[str(max(t for t in MEASURED if t <= args.turns))]
+        rows["last_over_turn_2"] = round(last["median_ms"] / rows["2"]["median_ms"], 2)
+        return rows
+
+    def measure(name: str, cp: BaseCheckpointer, saver: Any | None = None) -> None:
+        ours, theirs = [], []
+        for _ in range(args.reps):  # interleaved: one thread of ours, one of LangGraph's, and again
+            ours.append(one_thread(cp, args.turns))
+            if saver is not None:
+                theirs.append(langgraph_thread(saver, args.turns))
+        row: dict[str, Any] = {"tenxgraph": summary(ours)}
+        if theirs:
+            row["langgraph"] = summary(theirs)
+            row["ratio"] = {}
+            for turn in [t for t in MEASURED if t <= args.turns]:
+                ratios = [a[turn][0] / b[turn][0] for a, b in zip(ours, theirs, strict=True)]
+                row["ratio"][str(turn)] = {"median": round(statistics.median(ratios), 3), "min": round(min(ratios), 3)}
+        results["backends"][name] = row
+        print(f"{name:15} {json.dumps(row)}", flush=True)
 
     print(f"per-turn time, {args.reps} threads of {args.turns} turns; load average {load:.2f}")
-    measure("memory", InMemoryCheckpointer())
-    measure("sqlite", SqliteCheckpointer(tmp / "turns.db"))
+    savers = langgraph_savers(tmp) if langgraph_installed() else {}
+    measure("memory", InMemoryCheckpointer(), savers.get("memory"))
+    measure("sqlite", SqliteCheckpointer(tmp / "turns.db"), savers.get("sqlite"))
     dsn = pg_dsn()
     if dsn:
         from tenxgraph.storage.checkpointer.pg import PgCheckpointer
@@ -113,9 +156,13 @@ def main() -> None:
         for name, url in (("postgres", None), ("postgres+redis", redis_url)):
             if name == "postgres+redis" and not url:
                 continue
-            with pg_schema(dsn, "bench_turns") as schema:
+            with pg_schema(dsn, "bench_turns") as schema, pg_schema(dsn, "bench_turns_lg") as lg_schema:
                 cp = PgCheckpointer(postgres_dsn=dsn, redis_url=url, schema=schema)
-                measure(name, cp)
+                if langgraph_installed():
+                    with postgres_saver(dsn, lg_schema) as saver:
+                        measure(name, cp, saver)
+                else:
+                    measure(name, cp)
                 cp.close()
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"written to {RESULTS}")
