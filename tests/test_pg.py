@@ -555,3 +555,26 @@ def test_a_forked_child_neither_probes_nor_sets_up_the_schema_again(
     fresh.get_thread("t")  # a new checkpointer in this process still probes first
     assert calls == ["probe"]
     fresh.close()
+
+
+def test_the_state_read_with_the_lock_is_used_once_and_never_after_a_write(pg_checkpointer: PgCheckpointer) -> None:
+    """The run lock reads the thread's state in its own round trip; the run's first read takes it, and a write by
+    this checkpointer makes it stale, so a later read goes to PostgreSQL."""
+    cp = pg_checkpointer
+    cp.put_thread("t", {"n": 1}, expected_version=0)
+
+    async def body() -> None:
+        async with cp.arun_lock("t"):
+            first = await cp.aget_thread("t")  # the read made with the lock
+            assert first is not None and first.values == {"n": 1}
+            await cp.aput_thread("t", {"n": 2}, expected_version=1)
+            again = await cp.aget_thread("t")
+            assert again is not None and (again.version, again.values) == (2, {"n": 2})
+        async with cp.arun_lock("t"):
+            await cp.aput_thread("t", {"n": 3}, expected_version=2)  # written before the first read
+            latest = await cp.aget_thread("t")
+            assert latest is not None and latest.values == {"n": 3}
+        async with cp.arun_lock("new thread"):
+            assert await cp.aget_thread("new thread") is None
+
+    run_sync(body())

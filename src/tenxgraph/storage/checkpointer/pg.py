@@ -134,6 +134,8 @@ class PgCheckpointer(BaseCheckpointer):
         self._set_up = False
         self._open_lock: asyncio.Lock | None = None
         self._lock_conns: dict[str, psycopg.AsyncConnection[Any]] = {}  # run locks held by this process
+        # The thread's state, read in the same round trip as taking its lock (a run's first read), until used.
+        self._read_with_lock: dict[str, ThreadSnapshot | None] = {}
         # Rendered once to plain strings (the schema is a validated identifier): psycopg caches the parsing of
         # str queries, while a sql.Composed is converted again on every call.
         self._q = {
@@ -153,7 +155,7 @@ class PgCheckpointer(BaseCheckpointer):
         loop = asyncio.get_running_loop()
         if self._pid != os.getpid():  # a forked child never uses the parent's sockets
             self._pid, self._loop, self._ready, self._open_lock = os.getpid(), None, False, None
-            self._lock_conns = {}
+            self._lock_conns, self._read_with_lock = {}, {}
             self._pool = self._user_pool if self.postgres_dsn is None else None
             if self._cache is not None:
                 self._cache.forget_after_fork()
@@ -267,6 +269,9 @@ class PgCheckpointer(BaseCheckpointer):
 
     # -- thread state -----------------------------------------------------------------------------------
     async def _fetch_thread(self, thread_id: str) -> ThreadSnapshot | None:
+        if thread_id in self._read_with_lock:  # read in the lock's own round trip, after the lock was taken
+            return self._read_with_lock.pop(thread_id)
+
         async def op(conn: psycopg.AsyncConnection[Any]) -> ThreadSnapshot | None:
             cur = await conn.execute(self._q["get_thread"], (thread_id,))
             row = await cur.fetchone()
@@ -294,6 +299,7 @@ class PgCheckpointer(BaseCheckpointer):
         new_messages: Sequence[Message] = (),
     ) -> int:
         check_thread_id(thread_id)
+        self._read_with_lock.pop(thread_id, None)  # a read made before this write is no longer the state
         text = dumps(values, f"state of thread {thread_id!r}")
         rows = json_rows("id", "data", encode_messages(new_messages))
         params: tuple[object, ...]
@@ -437,6 +443,7 @@ class PgCheckpointer(BaseCheckpointer):
 
     async def adelete_thread(self, thread_id: str) -> None:
         check_thread_id(thread_id)
+        self._read_with_lock.pop(thread_id, None)
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> None:
             async with conn.transaction():
@@ -487,20 +494,29 @@ class PgCheckpointer(BaseCheckpointer):
     async def arun_lock(self, thread_id: str) -> AsyncIterator[None]:
         """A session advisory lock on a connection held for the run: PostgreSQL releases it when the holder's
         connection dies (a killed worker), so recovery never waits for a lease. Two statements per run, no
-        commit. While it is held, the thread's state and ledger reads and state writes use this same connection."""
+        commit. While it is held, the thread's state and ledger reads and state writes use this same connection.
+        The thread's state is read in the lock's own round trip (pipelined, so it is read after the lock is
+        taken): the run's first :meth:`aget_thread` costs nothing more."""
         check_thread_id(thread_id)
         pool = await self._ensure_open()
         key = self.run_lock_key(thread_id)
         async with pool.connection(timeout=self.connect_timeout) as conn:
-            cur = await conn.execute(self._q["try_lock"], (key,))
-            row = await cur.fetchone()
+            async with conn.pipeline():  # one round trip: the lock, then (a statement later) the thread's state
+                locked = await conn.execute(self._q["try_lock"], (key,))
+                state = await conn.execute(self._q["get_thread"], (thread_id,))
+            row = await locked.fetchone()
             if not row or not row[0]:
                 raise ThreadBusyError(thread_id)
+            found = await state.fetchone()
+            self._read_with_lock[thread_id] = (
+                None if found is None else ThreadSnapshot(thread_id, found[1], int(found[0]))
+            )
             self._lock_conns[thread_id] = conn
             try:
                 yield
             finally:
                 self._lock_conns.pop(thread_id, None)
+                self._read_with_lock.pop(thread_id, None)
                 try:
                     await conn.execute(self._q["unlock"], (key,))
                 except psycopg.Error as exc:  # the connection died: so did its lock
