@@ -183,27 +183,51 @@ def postgres_saver(dsn: str, schema: str) -> Iterator[Any]:
         yield saver
 
 
+def langgraph_react(saver: Any, model: Callable[..., dict[str, Any]], tools: list[Any]) -> Any:
+    """LangGraph's usual agent: *model* node, ``ToolNode(tools)``, ``tools_condition`` back and forth."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model)
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=saver)
+
+
+@contextmanager
+def pg_contenders(dsn: str, prefix: str, with_langgraph: bool) -> Iterator[tuple[Any, Any | None, str]]:
+    """Our PgCheckpointer and (when LangGraph is installed) LangGraph's saver, each on a schema of its own, dropped
+    afterwards; and our schema's name."""
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+    with pg_schema(dsn, prefix) as schema, pg_schema(dsn, f"{prefix}_lg") as lg_schema:
+        cp = PgCheckpointer(postgres_dsn=dsn, schema=schema)
+        try:
+            if with_langgraph:
+                with postgres_saver(dsn, lg_schema) as saver:
+                    yield cp, saver, schema
+            else:
+                yield cp, None, schema
+        finally:
+            cp.close()
+
+
 def langgraph_calls(saver: Any, fn: Callable[..., Any], calls: list[dict[str, Any]]) -> Callable[[], None]:
     """A LangGraph run (``durability="sync"``): one assistant message calling *fn* once per args in *calls* (in
     parallel), then a final answer; a fresh thread per run."""
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_core.tools import tool
-    from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
 
-    def model(state: MessagesState) -> dict[str, Any]:
+    def model(state: dict[str, Any]) -> dict[str, Any]:
         if not any(isinstance(m, AIMessage) for m in state["messages"]):
             asked = [{"name": fn.__name__, "args": a, "id": f"c{i}", "type": "tool_call"} for i, a in enumerate(calls)]
             return {"messages": [AIMessage(content="", tool_calls=asked)]}
         return {"messages": [AIMessage(content="done")]}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", model)
-    graph.add_node("tools", ToolNode([tool(fn)]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
-    graph.add_edge("tools", "agent")
-    app = graph.compile(checkpointer=saver)
+    app = langgraph_react(saver, model, [tool(fn)])
 
     def run() -> None:
         config = {"configurable": {"thread_id": uuid.uuid4().hex}}

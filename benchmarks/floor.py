@@ -29,9 +29,8 @@ from benchmarks.bench import (
     langgraph_calls,
     langgraph_installed,
     langgraph_savers,
+    pg_contenders,
     pg_dsn,
-    pg_schema,
-    postgres_saver,
 )
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core.state.messages import JSON
@@ -155,16 +154,8 @@ def main() -> None:
     )
     dsn = pg_dsn()
     if dsn:
-        from tenxgraph.storage.checkpointer.pg import PgCheckpointer
-
-        with pg_schema(dsn, "bench_floor") as schema, pg_schema(dsn, "bench_floor_lg") as lg_schema:
-            cp = PgCheckpointer(postgres_dsn=dsn, schema=schema)
-            if lg:
-                with postgres_saver(dsn, lg_schema) as saver:
-                    measure("postgres", cp, lambda n: pg_floor(dsn, schema, n), saver)
-            else:
-                measure("postgres", cp, lambda n: pg_floor(dsn, schema, n), None)
-            cp.close()
+        with pg_contenders(dsn, "bench_floor", lg) as (cp, saver, schema):
+            measure("postgres", cp, lambda n: pg_floor(dsn, schema, n), saver)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
 
 

@@ -27,9 +27,8 @@ from benchmarks.bench import (
     langgraph_calls,
     langgraph_installed,
     langgraph_savers,
+    pg_contenders,
     pg_dsn,
-    pg_schema,
-    postgres_saver,
 )
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core.state.messages import JSON
@@ -112,16 +111,8 @@ def main() -> None:
     measure("sqlite", SqliteCheckpointer(tmp / "ours.db"), savers.get("sqlite"))
     dsn = pg_dsn()
     if dsn:
-        from tenxgraph.storage.checkpointer.pg import PgCheckpointer
-
-        with pg_schema(dsn, "bench_par") as schema, pg_schema(dsn, "bench_par_lg") as lg_schema:
-            cp = PgCheckpointer(postgres_dsn=dsn, schema=schema)
-            if lg:
-                with postgres_saver(dsn, lg_schema) as saver:
-                    measure("postgres", cp, saver)
-            else:
-                measure("postgres", cp, None)
-            cp.close()
+        with pg_contenders(dsn, "bench_par", lg) as (cp, saver, _):
+            measure("postgres", cp, saver)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     print(f"written to {RESULTS}")
 

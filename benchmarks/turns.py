@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench import langgraph_installed, langgraph_savers, pg_dsn, pg_schema, postgres_saver
+from benchmarks.bench import langgraph_installed, langgraph_react, langgraph_savers, pg_contenders, pg_dsn
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer, SqliteCheckpointer
 from tenxgraph.storage.checkpointer.base import MessagesAfter
@@ -80,22 +80,14 @@ def langgraph_thread(saver: Any, turns: int) -> dict[int, tuple[float, int]]:
     """The same conversation on LangGraph (``durability="sync"``); messages read are not counted there (-1)."""
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_core.tools import tool
-    from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
 
-    def model(state: MessagesState) -> dict[str, Any]:
+    def model(state: dict[str, Any]) -> dict[str, Any]:
         if isinstance(state["messages"][-1], HumanMessage):
             call = {"name": "lookup_order", "args": {"order_id": "1042"}, "id": uuid.uuid4().hex, "type": "tool_call"}
             return {"messages": [AIMessage(content="", tool_calls=[call])]}
         return {"messages": [AIMessage(content="Order 1042 is delivered.")]}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", model)
-    graph.add_node("tools", ToolNode([tool(lookup_order)]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
-    graph.add_edge("tools", "agent")
-    app = graph.compile(checkpointer=saver)
+    app = langgraph_react(saver, model, [tool(lookup_order)])
     config = {"configurable": {"thread_id": f"lg-{uuid.uuid4().hex[:8]}"}}
     out: dict[int, tuple[float, int]] = {}
     for turn in range(1, turns + 1):
@@ -153,17 +145,12 @@ def main() -> None:
         from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 
         redis_url = os.environ.get("REPLAYSAFE_REDIS_URL")
-        for name, url in (("postgres", None), ("postgres+redis", redis_url)):
-            if name == "postgres+redis" and not url:
-                continue
-            with pg_schema(dsn, "bench_turns") as schema, pg_schema(dsn, "bench_turns_lg") as lg_schema:
-                cp = PgCheckpointer(postgres_dsn=dsn, redis_url=url, schema=schema)
-                if langgraph_installed():
-                    with postgres_saver(dsn, lg_schema) as saver:
-                        measure(name, cp, saver)
-                else:
-                    measure(name, cp)
-                cp.close()
+        with pg_contenders(dsn, "bench_turns", langgraph_installed()) as (cp, saver, schema):
+            measure("postgres", cp, saver)
+            if redis_url:
+                cached = PgCheckpointer(postgres_dsn=dsn, redis_url=redis_url, schema=schema)
+                measure("postgres+redis", cached, saver)
+                cached.close()
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"written to {RESULTS}")
 
