@@ -183,6 +183,29 @@ def postgres_saver(dsn: str, schema: str) -> Iterator[Any]:
         yield saver
 
 
+class Writes(DelegatingCheckpointer):
+    """Counts durable writes (each one transaction): ``state`` writes and ``ledger`` writes (a group is one)."""
+
+    state = 0
+    ledger = 0
+
+    async def aput_thread(self, *args: Any, **kwargs: Any) -> int:
+        Writes.state += 1
+        return await self.inner.aput_thread(*args, **kwargs)
+
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        Writes.ledger += 1
+        return await self.inner.aput_tool_result(thread_id, key, record)
+
+    async def aput_tool_results(self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]) -> Any:
+        Writes.ledger += 1
+        return await self.inner.aput_tool_results(thread_id, records)
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.state = cls.ledger = 0
+
+
 def langgraph_react(saver: Any, model: Callable[..., dict[str, Any]], tools: list[Any]) -> Any:
     """LangGraph's usual agent: *model* node, ``ToolNode(tools)``, ``tools_condition`` back and forth."""
     from langgraph.graph import END, START, MessagesState, StateGraph

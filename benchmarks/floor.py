@@ -18,13 +18,14 @@ import sqlite3
 import statistics
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks import scenario
 from benchmarks.bench import (
     NoLedger,
+    Writes,
     compare,
     langgraph_calls,
     langgraph_installed,
@@ -33,30 +34,10 @@ from benchmarks.bench import (
     pg_dsn,
 )
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
-from tenxgraph.core.state.messages import JSON
 from tenxgraph.storage.checkpointer import BaseCheckpointer, SqliteCheckpointer
-from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
 
 RESULTS = Path(__file__).with_name("floor.json")
 BIG = "x" * 100_000
-
-
-class Commits(DelegatingCheckpointer):
-    """Counts the durable writes a run makes (state writes and ledger writes; each is one transaction)."""
-
-    count = 0
-
-    async def aput_thread(self, *args: Any, **kwargs: Any) -> int:
-        Commits.count += 1
-        return await self.inner.aput_thread(*args, **kwargs)
-
-    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
-        Commits.count += 1
-        return await self.inner.aput_tool_result(thread_id, key, record)
-
-    async def aput_tool_results(self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]) -> Any:
-        Commits.count += 1
-        return await self.inner.aput_tool_results(thread_id, records)
 
 
 def big_result() -> str:
@@ -77,9 +58,9 @@ def big_app(cp: BaseCheckpointer) -> Any:
 
 
 def commits_per_run(app_of: Callable[[BaseCheckpointer], Any], cp: BaseCheckpointer) -> int:
-    Commits.count = 0
-    run_of(app_of(Commits(cp)))()
-    return Commits.count
+    Writes.reset()
+    run_of(app_of(Writes(cp)))()
+    return Writes.state + Writes.ledger
 
 
 def sqlite_floor(path: Path, commits: int) -> Callable[[], None]:

@@ -18,11 +18,12 @@ import os
 import statistics
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench import (
+    Writes,
     compare,
     langgraph_calls,
     langgraph_installed,
@@ -44,18 +45,6 @@ class OneByOne(DelegatingCheckpointer):
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         return await self.inner.aput_tool_result(thread_id, key, record)
-
-
-class Writes(DelegatingCheckpointer):
-    count = 0
-
-    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
-        Writes.count += 1
-        return await self.inner.aput_tool_result(thread_id, key, record)
-
-    async def aput_tool_results(self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]) -> Any:
-        Writes.count += 1
-        return await self.inner.aput_tool_results(thread_id, records)
 
 
 def fetch(item: int) -> str:
@@ -94,9 +83,9 @@ def main() -> None:
                 figures = compare(contenders, args.runs, warmup=3)
                 for name, f in figures.items():
                     medians[name].append(f["median_ms"])
-            Writes.count = 0
+            Writes.reset()
             ours(Writes(cp), n)()
-            row: dict[str, Any] = {"backend": backend, "n": n, "ledger_writes_per_run": Writes.count}
+            row: dict[str, Any] = {"backend": backend, "n": n, "ledger_writes_per_run": Writes.ledger}
             for name, values in medians.items():
                 row[f"{name}_median_ms"] = round(statistics.median(values), 3)
                 row[f"{name}_min_ms"] = round(min(values), 3)

@@ -41,12 +41,10 @@ def tenxgraph_input() -> dict[str, Any]:
 def langgraph_app(saver: Any) -> Any:
     from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
-    from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
 
     tools = [tool(lookup_order), tool(refund_order)]
 
-    def model(state: MessagesState) -> dict[str, Any]:
+    def model(state: dict[str, Any]) -> dict[str, Any]:
         if not any(isinstance(m, AIMessage) for m in state["messages"]):
             calls = [
                 {"name": "lookup_order", "args": {"order_id": "1042"}, "id": "call_1", "type": "tool_call"},
@@ -55,13 +53,9 @@ def langgraph_app(saver: Any) -> Any:
             return {"messages": [AIMessage(content="", tool_calls=calls)]}
         return {"messages": [AIMessage(content="Refunded 20.00 EUR on order 1042.")]}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", model)
-    graph.add_node("tools", ToolNode(tools))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
-    graph.add_edge("tools", "agent")
-    return graph.compile(checkpointer=saver)
+    from benchmarks.bench import langgraph_react
+
+    return langgraph_react(saver, model, tools)
 
 
 def langgraph_input() -> dict[str, Any]:
