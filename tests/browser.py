@@ -99,8 +99,8 @@ def render(page: Path, fragment: str = "") -> Rendered:
 
 
 def check(page: Path) -> list[str]:
-    """Problems with a report's rendering: the grid must show every point, and a known-gap (or failing) cell's
-    timeline must show its run, crash, resume and verdict."""
+    """Problems with a report's rendering: the grid must show every point, the exposure table every row, and a
+    known-gap (or failing) cell's timeline must show its run, crash, resume and verdict."""
     text = page.read_text(encoding="utf-8")
     found = re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S)
     if found is None:
@@ -116,6 +116,12 @@ def check(page: Path) -> list[str]:
     missing = [p["name"] for p in data["points"] if p["name"] not in listed]
     if missing:
         problems.append(f"grid rows missing: {missing}")
+    exposure = (data.get("exposure") or {}).get("rows") or []
+    if exposure:
+        table = re.search(r'<table id="exposure-table">(.*?)</table>', dump_dom(page), re.S)
+        rows = table.group(1).count("<tr>") - 1 if table else 0
+        if rows != len(exposure):
+            problems.append(f"the exposure table shows {rows} rows, the report has {len(exposure)}")
     phases = [phase for phase, _ in shown.timeline]
     for phase in ("crash", "resume", "verdict"):
         if cells[pick]["timeline"] and phase not in phases:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +47,7 @@ class Entry:
     policy: str | None = None  # the tool's in-doubt policy
     ikey: str | None = None  # the idempotency key the body was given (start)
     call: str | None = None  # the harness's call identity (runtime events; see call_id_of)
+    t: float | None = None  # when it was written: CLOCK_MONOTONIC, one clock for every process of the machine
 
     @property
     def hid(self) -> str:
@@ -58,7 +60,9 @@ class ExecutionLog:
         self.path = path
 
     def write(self, entry: Entry) -> None:
-        line = json.dumps({k: v for k, v in asdict(entry).items() if v not in (None, False)})
+        row = {k: v for k, v in asdict(entry).items() if v not in (None, False)}
+        row.setdefault("t", round(time.monotonic(), 6))
+        line = json.dumps(row)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (line + "\n").encode())

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_replaysafe import matrix, services
+from pytest_replaysafe.exposure import EXPOSURE_PROPERTY
 from pytest_replaysafe.options import settings_key
 from pytest_replaysafe.outcome import CellResult, Outcome
 
@@ -126,6 +127,9 @@ def crash_run(
     yield run
     for result in run.results:
         request.node.user_properties.append((CELL_PROPERTY, json.dumps(result.to_json())))
+    if cell is not None and run.exposure:
+        sample = {"backend": cell.backend, "windows": run.exposure}
+        request.node.user_properties.append((EXPOSURE_PROPERTY, json.dumps(sample)))
 
 
 def _default_rules() -> tuple[GapRule, ...]:

@@ -22,6 +22,7 @@ import pytest
 from pytest_replaysafe import timeline
 from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.evidence import Entry, ExecutionLog, unfinished
+from pytest_replaysafe.exposure import windows
 from pytest_replaysafe.gaps import GapRule, gap_reasons, point_gap
 from pytest_replaysafe.matrix import Backend, Cell
 from pytest_replaysafe.modes import MODES, Hit, Inputs
@@ -84,6 +85,8 @@ class CrashRun:
         self.log = ExecutionLog(workdir / "executions.jsonl")
         self.checkpointer = RecordingCheckpointer(checkpointer, self.log)
         self.results: list[CellResult] = []
+        #: Per tool, ``(in_flight_s, after_return_s)`` of each call in the clean runs (see :mod:`.exposure`).
+        self.exposure: dict[str, list[tuple[float, float]]] = {}
         #: Set when the cell showed a known gap: the test is reported as xfailed (if its own assertions pass).
         self.gap_message: str | None = None
         #: Set when a gap-table point did not duplicate: the test is reported as failed (strict).
@@ -275,6 +278,8 @@ class CrashRun:
             self._record(0, Outcome.ERROR, None, {}, 0.0, detail)
             raise ReplaySafetyViolation(f"ERROR: {detail}\n    repro: {self.results[-1].repro}") from exc
         entries = self._entries(thread)
+        for tool, pairs in windows(entries).items():  # the clean run's exposure windows, per tool
+            self.exposure.setdefault(tool, []).extend(pairs)
         drive = _Drive(
             counts.get(self.cell.point, 0),
             reference(clean.messages, clean.final_text, entries, self._effects_on(thread)),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_replaysafe import matrix, services
+from pytest_replaysafe.exposure import parse_rate
 
 if TYPE_CHECKING:
     from pytest_replaysafe.gaps import GapRule
@@ -31,6 +32,9 @@ class Settings:
     html: Path | None = None
     #: Seconds between progress lines while the matrix runs (0: after every test; None: never).
     progress_every: float | None = 5.0
+    #: The crash rate the exposure estimate assumes (``--crash-rate``), as given and in crashes per second.
+    rate: str = "1/day"
+    rate_per_s: float = 1 / 86400
     registry: dict[str, matrix.Backend] = field(default_factory=dict)
     #: Backends that cannot run here (defaulted ones only: a requested one is a usage error), with the reason.
     unavailable: dict[str, str] = field(default_factory=dict)
@@ -79,6 +83,12 @@ def add_options(parser: pytest.Parser) -> None:
         "off: never; -q turns it off too)",
     )
     group.addoption(
+        "--crash-rate",
+        default=None,
+        metavar="N/PERIOD",
+        help="crashes per process the exposure estimate assumes, such as 1/day (default), 3/week, 1/12h",
+    )
+    group.addoption(
         "--crash-list",
         action="store_true",
         default=False,
@@ -92,6 +102,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("crash_markdown", "default --crash-markdown path", default="")
     parser.addini("crash_html", "default --crash-html path", default="")
     parser.addini("crash_progress", "default --crash-progress (seconds, or off)", default="")
+    parser.addini("crash_rate", "default --crash-rate (crashes per process, such as 1/day)", default="")
 
 
 def _option(config: pytest.Config, name: str) -> Any:
@@ -155,6 +166,11 @@ def read_settings(config: pytest.Config) -> Settings:
         html=Path(html) if html else None,
         progress_every=_progress(config),
     )
+    settings.rate = str(_option(config, "crash_rate") or "1/day")
+    try:
+        settings.rate_per_s = parse_rate(settings.rate)
+    except ValueError as exc:
+        raise pytest.UsageError(f"replaysafe: --crash-rate: {exc}") from None
     cache = getattr(config, "cache", None)
     if enabled and cache is not None and not hasattr(config, "workerinput"):
         cache.set(SEED_CACHE_KEY, settings.seed)

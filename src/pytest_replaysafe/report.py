@@ -22,14 +22,17 @@ def summary(cells: Iterable[dict[str, Any]]) -> dict[str, int]:
     return {str(o): counts.get(str(o), 0) for o in Outcome}
 
 
-def to_json(cells: Sequence[dict[str, Any]], seed: int) -> dict[str, Any]:
-    return {"schema": SCHEMA, "seed": seed, "cells": list(cells), "summary": summary(cells)}
+def to_json(cells: Sequence[dict[str, Any]], seed: int, exposure: dict[str, Any] | None = None) -> dict[str, Any]:
+    data = {"schema": SCHEMA, "seed": seed, "cells": list(cells), "summary": summary(cells)}
+    if exposure is not None:
+        data["exposure"] = exposure
+    return data
 
 
-def write_json(path: Path, cells: Sequence[dict[str, Any]], seed: int) -> None:
+def write_json(path: Path, cells: Sequence[dict[str, Any]], seed: int, exposure: dict[str, Any] | None = None) -> None:
     """One cell per line: small enough to keep, still readable with ``grep`` and ``jq``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = to_json(cells, seed)
+    data = to_json(cells, seed, exposure)
     rows = ",\n".join("    " + json.dumps(c, separators=(",", ":")) for c in data.pop("cells"))
     head = json.dumps(data, indent=2)[:-2]  # without the closing brace
     path.write_text(f'{head},\n  "cells": [\n{rows}\n  ]\n}}\n')
@@ -150,3 +153,20 @@ def markdown(cells: Sequence[dict[str, Any]], seed: int) -> str:
     if notes:
         out += ["Known gaps shown:", "", *(f"- {line}" for line in notes), ""]
     return "\n".join(out)
+
+
+def exposure_markdown(rows: Sequence[dict[str, Any]], rate: str) -> str:
+    if not rows:
+        return ""
+    out = [
+        f"#### Exposure at {rate} crashes per process",
+        "",
+        "| tool | backend | calls | in flight ms | after return ms | duplicates per million calls |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| `{r['tool']}` | {r['backend']} | {r['calls']} | {r['in_flight_ms']} | {r['after_return_ms']} | "
+            f"{r['duplicates_per_million_calls']:.4g} |"
+        )
+    return "\n".join(out) + "\n"

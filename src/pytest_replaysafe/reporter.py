@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from pytest_replaysafe import report
+from pytest_replaysafe.exposure import EXPOSURE_PROPERTY, summarize
+from pytest_replaysafe.exposure import lines as exposure_lines
 from pytest_replaysafe.fixtures import CELL_PROPERTY
 from pytest_replaysafe.matrix import MODES, Cell
 from pytest_replaysafe.options import Settings
@@ -31,6 +33,7 @@ class MatrixReporter:
         self.settings = settings
         self.config = config
         self.cells: list[dict[str, Any]] = []
+        self.exposure: list[dict[str, Any]] = []  # one sample of clean-run windows per matrix item
         self.progress = Progress(settings.progress_every)
         self.quiet = config.get_verbosity() < 0 or settings.progress_every is None
 
@@ -47,6 +50,9 @@ class MatrixReporter:
             return
         found = [json.loads(v) for n, v in report.user_properties if n == CELL_PROPERTY and isinstance(v, str)]
         self.cells += found
+        self.exposure += [
+            json.loads(v) for n, v in report.user_properties if n == EXPOSURE_PROPERTY and isinstance(v, str)
+        ]
         if report.nodeid not in self.progress.items:
             return
         line = self.progress.finished(report.nodeid, found)
@@ -65,20 +71,23 @@ class MatrixReporter:
         if not cells:
             terminalreporter.write_line("no crash-matrix cells ran (mark tests with @pytest.mark.crash_matrix)")
             return
-        for line in report.text_grid(cells) + report.failure_lines(cells):
+        exposure = summarize(self.exposure, settings.rate_per_s)
+        for line in report.text_grid(cells) + report.failure_lines(cells) + exposure_lines(exposure, settings.rate):
             terminalreporter.write_line(line)
         written = []
         if settings.report is not None:
-            report.write_json(settings.report, cells, settings.seed)
+            report.write_json(settings.report, cells, settings.seed, {"rate": settings.rate, "rows": exposure})
             written.append(settings.report)
         if settings.markdown is not None:
             settings.markdown.parent.mkdir(parents=True, exist_ok=True)
-            settings.markdown.write_text(report.markdown(cells, settings.seed))
+            settings.markdown.write_text(
+                report.markdown(cells, settings.seed) + report.exposure_markdown(exposure, settings.rate)
+            )
             written.append(settings.markdown)
         if settings.html is not None:
             from pytest_replaysafe import html
 
-            html.write(settings.html, cells, settings.seed)
+            html.write(settings.html, cells, settings.seed, {"rate": settings.rate, "rows": exposure})
             written.append(settings.html)
         summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary_path:
