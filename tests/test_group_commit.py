@@ -107,3 +107,24 @@ def test_an_unstorable_record_in_a_group_does_not_fail_its_siblings(checkpointer
     assert counting.writes[0] == 3
     app.invoke(None, {"thread_id": "nul"})
     assert set(runs.values()) == {1}
+
+
+def test_a_writer_cancelled_before_its_write_hands_the_group_on() -> None:
+    """The first record's writer yields once before writing; cancelled there, it must not leave the others waiting
+    for a writer that will never come."""
+    from tenxgraph.core.graph.record_batch import RecordBatch
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    async def scenario() -> list[bool]:
+        cp = InMemoryCheckpointer()
+        batch = RecordBatch(cp, "t")
+        first = asyncio.ensure_future(batch.put("m:0", {"output": 0}))
+        await asyncio.sleep(0)  # the first is now the writer, yielding once before its write
+        second = asyncio.ensure_future(batch.put("m:1", {"output": 1}))
+        first.cancel()
+        written = await asyncio.wait_for(second, timeout=5)  # (it waited forever before)
+        assert first.cancelled()
+        assert await cp.alist_tool_results("t") == {"m:1": {"output": 1}}
+        return [written]
+
+    assert asyncio.run(scenario()) == [True]

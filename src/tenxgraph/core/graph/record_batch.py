@@ -50,7 +50,12 @@ class RecordBatch:
                 return self._result(outcome)
         self._busy = True
         if not self.groups:  # the node's first write: let siblings that returned at the same moment join it
-            await asyncio.sleep(0)
+            try:
+                await asyncio.sleep(0)
+            except BaseException:  # cancelled before writing: nothing of it was written; the next one leads
+                self._waiting.remove(mine)
+                self._pass_on()
+                raise
         group = [w for w in self._waiting if not w.done.cancelled()]  # (a cancelled call records nothing)
         self._waiting = []
         self.groups.append(len(group))
