@@ -68,7 +68,7 @@ class RecordBatch:
                 results = await self.checkpointer.aput_tool_results(self.thread_id, [(w.key, w.record) for w in group])
         except Exception as exc:
             for w in group:
-                if w is not mine:
+                if w is not mine and not w.done.done():  # (a waiter may have been cancelled meanwhile)
                     w.done.set_exception(exc)
             raise
         except BaseException:  # a crash or a cancellation: nobody in this group was recorded
@@ -79,7 +79,7 @@ class RecordBatch:
         finally:
             self._pass_on()
         for w, result in zip(group, results, strict=True):
-            if w is not mine:
+            if w is not mine and not w.done.done():
                 w.done.set_result(result)
         return self._result(results[group.index(mine)])
 
