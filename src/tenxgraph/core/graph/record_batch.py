@@ -71,7 +71,7 @@ class RecordBatch:
                 if w is not mine and not w.done.done():  # (a waiter may have been cancelled meanwhile)
                     w.done.set_exception(exc)
             raise
-        except BaseException:  # a crash or a cancellation: nobody in this group was recorded
+        except BaseException:  # a crash or a cancellation: the write may or may not be durable; all stop
             for w in group:
                 if w is not mine:
                     w.done.cancel()
