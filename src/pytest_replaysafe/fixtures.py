@@ -121,6 +121,7 @@ def crash_run(
         repro=matrix.repro_line(request.node.nodeid, cell, settings.seed) if cell is not None else "",
         tools=list(tools) if tools else None,
         hits=settings.hits,
+        orders=settings.orders,
         effects=request.getfixturevalue("effects") if "effects" in request.fixturenames else None,
     )
     request.node.stash[crash_run_key] = run

@@ -26,6 +26,7 @@ from pytest_replaysafe.exposure import windows
 from pytest_replaysafe.gaps import GapRule, gap_reasons, point_gap
 from pytest_replaysafe.matrix import Backend, Cell
 from pytest_replaysafe.modes import MODES, Hit, Inputs
+from pytest_replaysafe.orders import Orders
 from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
 from pytest_replaysafe.procs import HarnessError
 from pytest_replaysafe.spy import RecordingCheckpointer
@@ -71,6 +72,7 @@ class CrashRun:
         tools: list[str] | None = None,
         hits: set[int] | None = None,
         effects: Effects | None = None,
+        orders: Orders | None = None,
     ) -> None:
         self.nodeid = nodeid
         self.cell = cell
@@ -94,6 +96,9 @@ class CrashRun:
         self.driven = False
         self.drives: list[_Drive] = []
         self.hit: int = min(hits) if hits else 1
+        self.orders = orders or Orders()
+        self.order = self.orders.variants(0)[0]  # this execution's completion order (see :mod:`.orders`)
+        self._widest = 0  # the widest parallel batch of a clean run
         self._drive_index = 0
         self._execution_start = 0
         self._batches = 0
@@ -146,16 +151,18 @@ class CrashRun:
         return [e for e in entries if e.tool is None or e.tool in allowed]
 
     # -- the plugin's side ------------------------------------------------------------------------------
-    def planned_hits(self) -> list[int]:
-        """Hits still to run after the first execution of the body (each gets an execution of its own)."""
+    def planned_executions(self) -> list[tuple[int, int]]:
+        """``(hit, order)`` still to run after the first execution of the body (each gets one of its own)."""
         most = max((d.reached for d in self.drives), default=0)
         if self.cell is not None and self.cell.budget:
             return []
         wanted = sorted(self.hits) if self.hits else list(range(1, most + 1))
-        return [h for h in wanted if h <= most and h != self.hit]
+        orders = self.orders.variants(self._widest)
+        planned = [(h, o) for h in wanted if h <= most for o in orders]
+        return [p for p in planned if p != (self.hit, self.order)]
 
-    def begin_execution(self, hit: int) -> None:
-        self.hit = hit
+    def begin_execution(self, hit: int, order: int = 0) -> None:
+        self.hit, self.order = hit, order
         self._drive_index = 0
         self._execution_start = len(self.results)
 
@@ -184,7 +191,10 @@ class CrashRun:
         gaps = [r for r in self.results if r.outcome == Outcome.KNOWN_GAP]
         if gaps:
             names = sorted({name for g in gaps for name in (g.gap or "").split(",")})
-            self.gap_message = f"known gap {', '.join(names)} at hit(s) {', '.join(str(g.hit) for g in gaps)}"
+            hits = ", ".join(str(h) for h in sorted({g.hit for g in gaps}))
+            orders = len({r.order for r in self.results})
+            many = f" ({len(gaps)} cells over {orders} completion orders)" if orders > 1 else ""
+            self.gap_message = f"known gap {', '.join(names)} at hit(s) {hits}{many}"
         expected = point_gap(self.rules, self.cell.point, self.cell.mode, self.cell.backend)
         handled = any(r.outcome == Outcome.IN_DOUBT_HANDLED for r in self.results)
         if expected is not None and not handled and not any(g.gap and expected.name in g.gap.split(",") for g in gaps):
@@ -229,12 +239,12 @@ class CrashRun:
         """The seeded order in which a batch's parallel calls pass from return to record (see the runtime's
         ``set_completion_order``): the same seed, hit and run give the same order in every process."""
         self._batches += 1
+        if self._order_label == "clean":
+            self._widest = max(self._widest, len(batch))
         rng = random.Random(
             f"{self.seed}:{self.nodeid}:{self.hit}:{self._drive_index}:{self._order_label}:{self._batches}"
         )
-        order = [info.index for info in batch]
-        rng.shuffle(order)
-        return order
+        return self.orders.pick([info.index for info in batch], self.order, rng)
 
     def _drive(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
         if config.pop("thread_id", None) is not None:
@@ -350,7 +360,9 @@ class CrashRun:
         self, hit: int, outcome: Outcome, gap: str | None, executions: dict[str, int], duration: float, detail: str
     ) -> None:
         assert self.cell is not None
-        repro = self.repro_base + (f" --crash-hits={hit}" if hit else "")
+        repro = (
+            self.repro_base + (f" --crash-hits={hit}" if hit else "") + (self.orders.flag(self.order) if hit else "")
+        )
         self.results.append(
             CellResult(
                 self.nodeid,
@@ -364,5 +376,6 @@ class CrashRun:
                 duration_s=round(duration, 4),
                 repro=repro,
                 detail=detail,
+                order=self.order,
             )
         )

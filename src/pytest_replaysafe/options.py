@@ -12,6 +12,7 @@ import pytest
 
 from pytest_replaysafe import matrix, services
 from pytest_replaysafe.exposure import parse_rate
+from pytest_replaysafe.orders import Orders
 
 if TYPE_CHECKING:
     from pytest_replaysafe.gaps import GapRule
@@ -35,6 +36,8 @@ class Settings:
     #: The crash rate the exposure estimate assumes (``--crash-rate``), as given and in crashes per second.
     rate: str = "1/day"
     rate_per_s: float = 1 / 86400
+    #: Completion orders of parallel calls to run each hit under (``--crash-orders``, ``--crash-order``).
+    orders: Orders = field(default_factory=Orders)
     registry: dict[str, matrix.Backend] = field(default_factory=dict)
     #: Backends that cannot run here (defaulted ones only: a requested one is a usage error), with the reason.
     unavailable: dict[str, str] = field(default_factory=dict)
@@ -89,6 +92,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="crashes per process the exposure estimate assumes, such as 1/day (default), 3/week, 1/12h",
     )
     group.addoption(
+        "--crash-orders",
+        default=None,
+        metavar="N|all",
+        help="run each hit under N completion orders of its parallel calls (default 1), or 'all': every "
+        "permutation of batches of up to 4 calls, so every subset of siblings is the one finished at the crash",
+    )
+    group.addoption("--crash-order", default=None, metavar="K", help="only completion order K (for a repro)")
+    group.addoption(
         "--crash-list",
         action="store_true",
         default=False,
@@ -102,6 +113,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("crash_markdown", "default --crash-markdown path", default="")
     parser.addini("crash_html", "default --crash-html path", default="")
     parser.addini("crash_progress", "default --crash-progress (seconds, or off)", default="")
+    parser.addini("crash_orders", "default --crash-orders (a number, or all)", default="")
     parser.addini("crash_rate", "default --crash-rate (crashes per process, such as 1/day)", default="")
 
 
@@ -166,6 +178,7 @@ def read_settings(config: pytest.Config) -> Settings:
         html=Path(html) if html else None,
         progress_every=_progress(config),
     )
+    settings.orders = Orders.parse(_option(config, "crash_orders"), config.getoption("--crash-order"))
     settings.rate = str(_option(config, "crash_rate") or "1/day")
     try:
         settings.rate_per_s = parse_rate(settings.rate)

@@ -76,6 +76,8 @@ class CellResult:
     detail: str = ""
     #: Effects the provider simulator applied on the cell's thread, per kind (when the test uses ``effects``).
     effects_applied: dict[str, int] = field(default_factory=dict)
+    #: The completion order of parallel calls the cell ran under (0: the seeded default; see ``orders``).
+    order: int = 0
     #: What happened, in order: each tool execution and ledger record, the crash, the resume, the verdict.
     timeline: list[dict[str, str]] = field(default_factory=list)
 

@@ -121,14 +121,14 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         if failures:
             raise failures[0][1]
         run.check_routed()
-    for hit in run.planned_hits():
-        run.begin_execution(hit)
+    for hit, order in run.planned_executions():
+        run.begin_execution(hit, order)
         execute()
     run.conclude()
     if failures:
         first_hit, exc = failures[0]
         if run.cell is not None:
-            hits = ", ".join(str(h) for h, _ in failures)
+            hits = ", ".join(str(h) for h, _ in failures)  # (with --crash-orders, a hit may fail in several orders)
             exc.add_note(
                 f"replaysafe: the test failed at hit(s) {hits} of {run.cell.id}; repro: {run.repro_base} "
                 f"--crash-hits={first_hit}"

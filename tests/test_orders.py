@@ -1,0 +1,75 @@
+"""Completion orders of parallel calls as a matrix dimension: with ``--crash-orders=all`` every subset of a batch's
+siblings is, in some cell, exactly the set recorded when the crash fired; each cell's repro line brings it back."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_replaysafe.orders import Orders
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_orders_parse_and_plan() -> None:
+    assert Orders.parse(None, None) == Orders(1, None)
+    assert Orders.parse("all", None).count is None and Orders.parse("3", "2") == Orders(3, 2)
+    for bad in ("0", "many"):
+        with pytest.raises(pytest.UsageError, match="--crash-orders"):
+            Orders.parse(bad, None)
+    with pytest.raises(pytest.UsageError, match="--crash-order="):
+        Orders.parse("all", "-1")
+    assert Orders(None).variants(3) == list(range(6)) and Orders(None).variants(9) == list(range(24))
+    assert Orders(3).variants(2) == [0, 1, 2] and Orders(None).variants(1) == [0]  # nothing parallel: one order
+    assert Orders(None, only=5).variants(3) == [5]
+    assert Orders(1).flag(0) == "" and Orders(None).flag(0) == " --crash-orders=all --crash-order=0"
+
+
+def test_all_orders_are_every_permutation_and_drawn_orders_are_seeded() -> None:
+    every = Orders(None)
+    picked = {tuple(every.pick([0, 1, 2], v, random.Random(1))) for v in range(6)}
+    assert picked == set(itertools.permutations([0, 1, 2]))
+    drawn = Orders(3)
+    assert drawn.pick([0, 1, 2, 3], 2, random.Random(7)) == drawn.pick([0, 1, 2, 3], 2, random.Random(7))
+    assert drawn.pick([0, 1, 2, 3], 0, random.Random(7)) == Orders(1).pick([0, 1, 2, 3], 0, random.Random(7))
+
+
+def matrix(tmp_path: Path, name: str, *args: str) -> list[dict[str, object]]:
+    path = tmp_path / f"{name}.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--crash-matrix", "--crash-seed=11"]
+    command += ["--crash-backends=sqlite", "--crash-modes=inprocess", f"--crash-report={path}", *args]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    return json.loads(path.read_text())["cells"]  # type: ignore[no-any-return]
+
+
+def recorded_before_crash(cell: dict[str, object]) -> frozenset[str]:
+    timeline = cell["timeline"]
+    assert isinstance(timeline, list)
+    return frozenset(e["text"].split("(")[0] for e in timeline if e["phase"] == "run" and e["kind"] == "recorded")
+
+
+def test_every_subset_of_siblings_is_the_recorded_one_in_some_cell(tmp_path: Path) -> None:
+    target = "examples/parallel_tools"
+    one = matrix(tmp_path, "one", target, "--crash-points=tool.after_record")
+    every = matrix(tmp_path, "all", target, "--crash-points=tool.after_record", "--crash-orders=all")
+    tools = {"refund_order", "send_email", "open_ticket"}
+    for hit in (1, 2):  # the crash fires at the hit-th record: hit siblings recorded
+        seen = {recorded_before_crash(c) for c in every if c["hit"] == hit}
+        assert seen == {frozenset(s) for s in itertools.combinations(sorted(tools), hit)}
+        assert len({recorded_before_crash(c) for c in one if c["hit"] == hit}) == 1  # one order: one subset
+    assert {c["order"] for c in every} == set(range(6)) and {c["order"] for c in one} == {0}
+    cell = next(c for c in every if c["hit"] == 2 and c["order"] == 4)
+    repro = shlex.split(str(cell["repro"]))[1:]  # replay that one cell
+    again = matrix(tmp_path, "again", *[a for a in repro if not a.startswith("--crash-seed")])
+    assert len(again) == 1 and again[0]["order"] == 4 and again[0]["outcome"] == cell["outcome"]
+    assert recorded_before_crash(again[0]) == recorded_before_crash(cell)
