@@ -142,6 +142,23 @@ def first_parallel_call_only_recorded() -> None:
     handler._record = record
 
 
+def ledger_read_prefix_only() -> None:
+    """An "optimisation": replay stops at the first call (in message order) without a record. Only a crash that
+    leaves a non-prefix set of siblings recorded shows it (see ``--crash-orders``)."""
+    original = handler._read_ledger
+
+    async def read(keys: list[str], calls: Any, ctx: Any) -> dict[str, Any]:
+        found = await original(keys, calls, ctx)
+        prefix: dict[str, Any] = {}
+        for key in keys:
+            if key not in found:
+                break
+            prefix[key] = found[key]
+        return prefix
+
+    handler._read_ledger = read
+
+
 MUTANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (
@@ -156,8 +173,11 @@ MUTANTS: dict[str, Callable[[], None]] = {
         run_lock_disabled,
         stale_redis_trusted,
         first_parallel_call_only_recorded,
+        ledger_read_prefix_only,
     )
 }
+#: Mutants that need a dimension beyond one crash in one seeded order to be seen for sure.
+NEEDS_ORDERS = frozenset({"ledger_read_prefix_only"})
 #: Mutants that only a backend with a Redis cache can show.
 NEEDS_REDIS = frozenset({"stale_redis_trusted"})
 

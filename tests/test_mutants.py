@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_replaysafe import services
-from tests.mutants import MUTANTS, NEEDS_REDIS
+from tests.mutants import MUTANTS, NEEDS_ORDERS, NEEDS_REDIS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,6 +78,7 @@ def run_matrix(workdir: Path, mutant: str | None) -> dict[str, object]:
             "no:xdist",
             "--crash-matrix",
             f"--crash-backends={backends}",
+            *(["--crash-orders=all"] if mutant in NEEDS_ORDERS else []),
             "--crash-seed=1",
             "--crash-report=report.json",
             "test_agent.py",

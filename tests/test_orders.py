@@ -73,3 +73,24 @@ def test_every_subset_of_siblings_is_the_recorded_one_in_some_cell(tmp_path: Pat
     again = matrix(tmp_path, "again", *[a for a in repro if not a.startswith("--crash-seed")])
     assert len(again) == 1 and again[0]["order"] == 4 and again[0]["outcome"] == cell["outcome"]
     assert recorded_before_crash(again[0]) == recorded_before_crash(cell)
+
+
+def test_a_bug_one_order_can_miss_is_caught_when_every_order_runs(tmp_path: Path) -> None:
+    """tests/mutants.py ledger_read_prefix_only replays only up to the first unrecorded call in message order. At
+    seed 15 the one seeded order of each hit records a prefix of the batch, so the default matrix passes it; with
+    every order, some cell records a non-prefix set and the resume runs a recorded call again."""
+    (tmp_path / "conftest.py").write_text(
+        "import os\nfrom tests.mutants import apply\n\napply('ledger_read_prefix_only')\n"
+    )
+    (tmp_path / "test_p.py").write_text((ROOT / "examples/parallel_tools/test_parallel_tools.py").read_text())
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "PYTHONPATH": str(ROOT)}
+
+    def violations(*args: str) -> int:
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist"]
+        command += ["--crash-matrix", "--crash-backends=sqlite", "--crash-modes=inprocess", "--crash-seed=15"]
+        command += ["--crash-points=tool.after_record", "--crash-report=r.json", *args, "test_p.py"]
+        subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        return int(json.loads((tmp_path / "r.json").read_text())["summary"]["violation"])
+
+    assert violations() == 0
+    assert violations("--crash-orders=all") > 0
