@@ -122,6 +122,7 @@ def crash_run(
         tools=list(tools) if tools else None,
         hits=settings.hits,
         orders=settings.orders,
+        replay=settings.replay.executions(request.node.nodeid) if settings.replay else None,
         effects=request.getfixturevalue("effects") if "effects" in request.fixturenames else None,
     )
     request.node.stash[crash_run_key] = run

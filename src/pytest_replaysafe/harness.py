@@ -73,6 +73,7 @@ class CrashRun:
         hits: set[int] | None = None,
         effects: Effects | None = None,
         orders: Orders | None = None,
+        replay: list[tuple[int, int]] | None = None,
     ) -> None:
         self.nodeid = nodeid
         self.cell = cell
@@ -98,6 +99,9 @@ class CrashRun:
         self.hit: int = min(hits) if hits else 1
         self.orders = orders or Orders()
         self.order = self.orders.variants(0)[0]  # this execution's completion order (see :mod:`.orders`)
+        self.replay = replay  # --crash-replay: exactly these (hit, order) pairs
+        if replay:
+            self.hit, self.order = replay[0]
         self._widest = 0  # the widest parallel batch of a clean run
         self._drive_index = 0
         self._execution_start = 0
@@ -154,6 +158,8 @@ class CrashRun:
     def planned_executions(self) -> list[tuple[int, int]]:
         """``(hit, order)`` still to run after the first execution of the body (each gets one of its own)."""
         most = max((d.reached for d in self.drives), default=0)
+        if self.replay:
+            return self.replay[1:]
         if self.cell is not None and self.cell.budget:
             return []
         wanted = sorted(self.hits) if self.hits else list(range(1, most + 1))

@@ -13,6 +13,7 @@ import pytest
 from pytest_replaysafe import matrix, services
 from pytest_replaysafe.exposure import parse_rate
 from pytest_replaysafe.orders import Orders
+from pytest_replaysafe.replay import Replay
 
 if TYPE_CHECKING:
     from pytest_replaysafe.gaps import GapRule
@@ -38,6 +39,8 @@ class Settings:
     rate_per_s: float = 1 / 86400
     #: Completion orders of parallel calls to run each hit under (``--crash-orders``, ``--crash-order``).
     orders: Orders = field(default_factory=Orders)
+    #: ``--crash-replay``: the failing cells of an earlier report, to run again exactly.
+    replay: Replay | None = None
     registry: dict[str, matrix.Backend] = field(default_factory=dict)
     #: Backends that cannot run here (defaulted ones only: a requested one is a usage error), with the reason.
     unavailable: dict[str, str] = field(default_factory=dict)
@@ -97,6 +100,12 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="N|all",
         help="run each hit under N completion orders of its parallel calls (default 1), or 'all': every "
         "permutation of batches of up to 4 calls, so every subset of siblings is the one finished at the crash",
+    )
+    group.addoption(
+        "--crash-replay",
+        default=None,
+        metavar="REPORT.json",
+        help="run again exactly the failing cells of an earlier --crash-report (its seed, items, hits and orders)",
     )
     group.addoption("--crash-order", default=None, metavar="K", help="only completion order K (for a repro)")
     group.addoption(
@@ -162,7 +171,9 @@ def _progress(config: pytest.Config) -> float | None:
 
 
 def read_settings(config: pytest.Config) -> Settings:
-    enabled = bool(config.getoption("--crash-matrix") or config.getini("crash_matrix"))
+    replay_path = config.getoption("--crash-replay")
+    replay = Replay.load(Path(replay_path)) if replay_path else None
+    enabled = bool(config.getoption("--crash-matrix") or config.getini("crash_matrix") or replay)
     report = _option(config, "crash_report")
     markdown = _option(config, "crash_markdown")
     html = _option(config, "crash_html")
@@ -178,6 +189,10 @@ def read_settings(config: pytest.Config) -> Settings:
         html=Path(html) if html else None,
         progress_every=_progress(config),
     )
+    if replay is not None:
+        settings.replay = replay
+        if config.getoption("--crash-seed") is None and not hasattr(config, "workerinput"):
+            settings.seed = replay.seed  # the report's seed, unless one is given
     settings.orders = Orders.parse(_option(config, "crash_orders"), config.getoption("--crash-order"))
     settings.rate = str(_option(config, "crash_rate") or "1/day")
     try:

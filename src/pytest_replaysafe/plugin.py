@@ -97,6 +97,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    replay = config.stash[settings_key].replay
+    if replay is not None:  # --crash-replay: only the items with failing cells
+        replay.select(config, items)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Run a marked test's body once per hit, so that its assertions hold for every hit (a failure names it)."""
     run = pyfuncitem.stash.get(crash_run_key, None)

@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_replaysafe import grid
 from pytest_replaysafe.outcome import LEGEND, Outcome
+from pytest_replaysafe.replay import smallest_first
 
 SCHEMA = "replaysafe.crash-matrix/1"
 
@@ -90,7 +91,7 @@ def failure_lines(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> l
     and, say, "executed 2 times"), then the whole detail where it says more (wrapped, never cut), then the
     repro command on a line of its own (whole, so that it can be copied)."""
     lines = []
-    for cell in cells:
+    for cell in sorted(cells, key=smallest_first):  # per test, its smallest failing schedule first
         if Outcome(cell["outcome"]).failing:
             head = (
                 f"{cell['outcome'].upper()} {test_name(cell['test'])} at {cell['point']} hit {cell['hit']}, "
