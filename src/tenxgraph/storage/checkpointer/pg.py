@@ -9,9 +9,11 @@ Schema (created by :meth:`setup`, idempotent, under an advisory lock): ``threads
 truncated, result JSONB, ``created_at`` indexed for pruning) and ``schema_version``.
 
 Round trips: a ledger write is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE status = 'started'`` (a result
-replaces an intent, never another result); a node's ledger read is one ``SELECT ... key = ANY(...)``; a state
-write is one statement (compare-and-swap plus the new messages, in CTEs). While a run holds its thread's run
-lock, its state reads and writes and its ledger reads use the lock's own connection (fencing). Only transient
+replaces an intent, never another result), and so is a group of records (from one JSON parameter); a node's
+ledger read is one ``SELECT ... key = ANY(...)``; a state write is one statement (compare-and-swap plus the new
+messages, in CTEs); taking the run lock and reading the thread's state share one pipelined round trip. While a
+run holds its thread's run lock, its state reads and writes and its ledger reads use the lock's own connection
+(fencing). Only transient
 failures are retried (:mod:`.pg_connect`); a retried state write whose first attempt may have committed is
 recognised as ours instead of being reported stale.
 
