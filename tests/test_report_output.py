@@ -129,3 +129,10 @@ def test_progress_is_quiet_under_q(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:]
     assert " cells, " not in done.stdout.replace("cells, 0", "")
     assert not [line for line in done.stdout.splitlines() if line.startswith("replaysafe: ")]
+
+
+@pytest.mark.parametrize("value", ["soon", "-1"])
+def test_a_progress_interval_that_is_not_one_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    done = run_examples(tmp_path, f"--crash-progress={value}")
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR
+    assert f"--crash-progress={value!r}: give seconds (0 or more) or 'off'" in done.stderr

@@ -170,6 +170,17 @@ def check_names(kind: str, names: Iterable[str], known: Iterable[str], source: s
         )
 
 
+def parse_number(raw: object, option: str, minimum: float, what: str, kind: type[int] | type[float] = int) -> Any:
+    """*raw* as a number of *kind* no smaller than *minimum*, or a usage error that names *option* and *what*."""
+    try:
+        number = kind(str(raw))
+    except ValueError:
+        number = None
+    if number is None or number < minimum:
+        raise pytest.UsageError(f"replaysafe: {option}={raw!r}: give {what}")
+    return number
+
+
 def parse_hits(value: str | None) -> set[int] | None:
     if not value:
         return None

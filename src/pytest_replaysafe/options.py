@@ -161,13 +161,7 @@ def _progress(config: pytest.Config) -> float | None:
         return 5.0
     if str(raw).strip().lower() == "off":
         return None
-    try:
-        every = float(raw)
-    except ValueError:
-        every = -1.0
-    if every < 0:
-        raise pytest.UsageError(f"replaysafe: --crash-progress={raw!r}: give seconds (0 or more) or 'off'")
-    return every
+    return float(matrix.parse_number(raw, "--crash-progress", 0, "seconds (0 or more) or 'off'", float))
 
 
 def read_settings(config: pytest.Config) -> Settings:

@@ -15,8 +15,6 @@ import math
 import random
 from dataclasses import dataclass
 
-import pytest
-
 ALL_UP_TO = 4  # "all" enumerates every permutation of batches up to this many calls (4! = 24 orders)
 
 
@@ -27,26 +25,14 @@ class Orders:
 
     @classmethod
     def parse(cls, count: str | None, only: str | None) -> Orders:
+        from pytest_replaysafe.matrix import parse_number
+
         parsed: int | None = 1
         if count is not None and count.strip().lower() == "all":
             parsed = None
         elif count is not None:
-            try:
-                parsed = int(count)
-            except ValueError:
-                parsed = 0
-            if parsed < 1:
-                raise pytest.UsageError(
-                    f"replaysafe: --crash-orders={count!r}: give a number of orders (1 or more) or 'all'"
-                )
-        chosen: int | None = None
-        if only is not None:
-            try:
-                chosen = int(only)
-            except ValueError:
-                chosen = -1
-            if chosen < 0:
-                raise pytest.UsageError(f"replaysafe: --crash-order={only!r}: give an order number (0 or more)")
+            parsed = parse_number(count, "--crash-orders", 1, "a number of orders (1 or more) or 'all'")
+        chosen = None if only is None else parse_number(only, "--crash-order", 0, "an order number (0 or more)")
         return cls(parsed, chosen)
 
     def variants(self, widest: int) -> list[int]:
