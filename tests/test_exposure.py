@@ -31,12 +31,12 @@ def test_windows_come_from_start_return_and_durable_record() -> None:
         Entry("t", "m:a", "start", "refund", call="m:0", t=10.0),
         Entry("t", "m:b", "start", "email", call="m:1", t=10.1),
         Entry("t", "m:a", "end", "refund", call="m:0", t=10.5),
-        Entry("t", "m:a", "record", "refund", t=10.55),  # the write begins: not yet durable
+        Entry("t", "m:a", "record", "refund", t=10.55),  # the write begins (after a turn wait): not yet durable
         Entry("t", "m:a", "recorded", "refund", t=10.6),
         Entry("t", "m:b", "end", "email", call="m:1", t=11.0),  # returned, never recorded: left out
     ]
     found = windows(entries)
-    assert list(found) == ["refund"] and found["refund"][0] == pytest.approx((0.5, 0.1))
+    assert list(found) == ["refund"] and found["refund"][0] == pytest.approx((0.5, 0.05))  # the write, not the wait
     rows = summarize([{"backend": "sqlite", "windows": found}], parse_rate("1/day"))
     assert rows == [
         {
@@ -44,8 +44,8 @@ def test_windows_come_from_start_return_and_durable_record() -> None:
             "backend": "sqlite",
             "calls": 1,
             "in_flight_ms": 500.0,
-            "after_return_ms": 100.0,
-            "duplicates_per_million_calls": pytest.approx(1e6 * 0.6 / 86400, rel=1e-4),
+            "after_return_ms": pytest.approx(50.0),
+            "duplicates_per_million_calls": pytest.approx(1e6 * 0.55 / 86400, rel=1e-4),
         }
     ]
 

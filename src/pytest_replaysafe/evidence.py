@@ -88,6 +88,7 @@ class ExecutionLog:
                 policy=info.on_in_doubt,
                 ikey=info.idempotency_key if event.kind == "start" else None,
                 call=call_id_of(info.message_id, info.index),
+                t=round(event.at, 6),
             )
         )
 

@@ -2,7 +2,8 @@
 at a given crash rate.
 
 For every clean run the harness makes (one per matrix item), the execution log gives each call's *in-flight*
-window (its body started, not yet returned) and its *after-return* window (returned, record not yet durable).
+window (its body started, not yet returned) and its *after-return* window (returned, record not yet durable; the
+record write, measured from its start, since the harness's turn-taking between the two is not production's).
 A crash that lands in either window makes the call run again on resume (the in_flight and after_return gaps),
 unless the tool uses an idempotency key or an in-doubt policy. With crashes arriving at random at rate λ per
 process, the expected duplicates per million calls are ``1e6 x λ x (in-flight + after-return)``: a number to put
@@ -39,11 +40,14 @@ def parse_rate(text: str) -> float:
 
 
 def windows(entries: Sequence[Entry]) -> dict[str, list[tuple[float, float]]]:
-    """Per tool, each call's ``(in_flight_s, after_return_s)`` in one run's log. A call without a durable record
-    (an error or a timeout recorded as one is fine; no record at all is not) is left out."""
+    """Per tool, each call's ``(in_flight_s, after_return_s)`` in one run's log: from its start to the moment its
+    body returned, and the write of its record (from its start to durable). The wait for a turn that the harness's
+    completion order puts between the two is left out: production has no such wait. A call without a durable
+    record is left out."""
     calls = {e.id: e.call for e in entries if e.call is not None}
     start: dict[str, float] = {}
     end: dict[str, float] = {}
+    writing: dict[str, float] = {}
     tool: dict[str, str] = {}
     out: dict[str, list[tuple[float, float]]] = {}
     for e in entries:
@@ -52,12 +56,10 @@ def windows(entries: Sequence[Entry]) -> dict[str, list[tuple[float, float]]]:
         hid = e.call or calls.get(e.id, e.id)
         if e.tool:
             tool.setdefault(hid, e.tool)
-        if e.event == "start":
-            start.setdefault(hid, e.t)
-        elif e.event == "end":
-            end.setdefault(hid, e.t)
-        elif e.event == "recorded" and hid in start and hid in end and hid in tool:
-            out.setdefault(tool[hid], []).append((end[hid] - start[hid], max(e.t - end[hid], 0.0)))
+        if e.event in ("start", "end", "record"):
+            {"start": start, "end": end, "record": writing}[e.event].setdefault(hid, e.t)
+        elif e.event == "recorded" and all(hid in d for d in (start, end, writing, tool)):
+            out.setdefault(tool[hid], []).append((end[hid] - start[hid], max(e.t - writing[hid], 0.0)))
     return out
 
 

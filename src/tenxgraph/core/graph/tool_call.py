@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,6 +55,9 @@ class ToolEvent:
     call: ToolCallInfo
     output: object = None
     is_error: bool = False
+    #: When it happened (``time.monotonic()``, one clock for every process of a machine); for ``end``, the moment
+    #: the body returned, before any wait for its turn in a completion order.
+    at: float = 0.0
 
 
 ToolObserver = Callable[[ToolEvent], None]
@@ -80,9 +84,11 @@ def add_tool_observer(observer: ToolObserver) -> Callable[[], None]:
     return lambda: _observers.remove(observer) if observer in _observers else None
 
 
-def notify(kind: str, info: ToolCallInfo, output: object = None, is_error: bool = False) -> None:
+def notify(
+    kind: str, info: ToolCallInfo, output: object = None, is_error: bool = False, at: float | None = None
+) -> None:
     if _observers:
-        event = ToolEvent(kind, info, output, is_error)
+        event = ToolEvent(kind, info, output, is_error, time.monotonic() if at is None else at)
         for observer in list(_observers):
             observer(event)
 

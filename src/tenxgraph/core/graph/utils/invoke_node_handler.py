@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 
 from tenxgraph.core.crashpoints import crash_point
@@ -116,14 +117,16 @@ async def _invoke(tool: Tool, info: ToolCallInfo, args: dict[str, JSON], timeout
         notify("timeout", info)
         raise
     except Exception as exc:
+        returned = time.monotonic()
         await wait_for_turn(info.index)
-        notify("end", info, f"{type(exc).__name__}: {exc}", True)
+        notify("end", info, f"{type(exc).__name__}: {exc}", True, at=returned)
         raise
+    returned = time.monotonic()  # (observers learn when the body returned, not when its turn came)
     await wait_for_turn(info.index)
     if isinstance(value, ToolOutput):
-        notify("end", info, value.content, value.is_error)
+        notify("end", info, value.content, value.is_error, at=returned)
     else:
-        notify("end", info, value)
+        notify("end", info, value, at=returned)
     return value
 
 
