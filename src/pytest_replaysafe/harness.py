@@ -332,12 +332,13 @@ class CrashRun:
         ctx = Hit(app, input, config, stream, cell.point, hit, thread)
         crash = mode.crash(self, ctx)
         before = self._entries(thread) if crash.crashed else []
+        fault: str | None = None  # what the backend did to its cache before the resume
         evidence = HitEvidence(crash.crashed, crash.window, [], unfinished(before), error=crash.error)
         evidence.tools = frozenset(self.tools) if self.tools is not None else None
         result: RunResult[Any] | None = None
         if crash.crashed and not crash.error:
             if self.backend is not None and self.backend.stale_cache is not None:
-                self.backend.stale_cache(self.checkpointer.inner, thread, self.workdir)
+                fault = self.backend.stale_cache(self.checkpointer.inner, thread, self.workdir)
             try:
                 result = mode.resume(self, ctx)
             except HarnessError as exc:  # the harness failed (a hung child): no verdict on the runtime
@@ -357,7 +358,7 @@ class CrashRun:
         labels = call_labels(evidence.final_messages or [])
         r.timeline = timeline.build(
             evidence.entries, len(before), labels, point=cell.point, hit=hit, mode=cell.mode,
-            crashed=crash.crashed, resume_error=evidence.resume_error,
+            crashed=crash.crashed, resume_error=evidence.resume_error, before_resume=fault,
         )  # fmt: skip
         if evidence.effects is not None:
             r.effects_applied = dict(Counter(e["kind"] for e in evidence.effects))

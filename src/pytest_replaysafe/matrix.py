@@ -7,6 +7,8 @@ reported as its own cell).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -43,7 +45,7 @@ class Backend:
     factory: Callable[[pytest.FixtureRequest], BaseCheckpointer]
     durable: bool = True
     unavailable: Callable[[], str | None] = lambda: None
-    stale_cache: Callable[[BaseCheckpointer, str, Path], None] | None = None
+    stale_cache: Callable[[BaseCheckpointer, str, Path], str | None] | None = None
     #: For matrix cells only, when they can share more than a test may (default: ``factory``).
     cell_factory: Callable[[pytest.FixtureRequest], BaseCheckpointer] | None = None
 
@@ -96,9 +98,14 @@ def _redis_unavailable() -> str | None:
     return f"{services.ENV_REDIS} is not set and no Docker engine answers (set {services.ENV_REDIS}=redis://...)"
 
 
-def _stale_redis(checkpointer: BaseCheckpointer, thread: str, workdir: Path) -> None:
-    """Redis comes back holding the thread's first state (version 1), as after a lagging or restored cache: a
-    resume must read PostgreSQL, never trust this."""
+CACHE_FAULTS = ("stale", "future", "flushed")
+
+
+def _stale_redis(checkpointer: BaseCheckpointer, thread: str, workdir: Path) -> str | None:
+    """Before each resume, Redis is put in one of three wrong states, chosen by the hit's (seeded) thread id:
+    holding the thread's first state (version 1, as after a lagging or restored cache), a *future* state (a
+    version far ahead, with a state no run wrote), or nothing at all (flushed). A resume must read PostgreSQL and
+    never trust any of them."""
     import redis
 
     from tenxgraph.storage.checkpointer.pg import PgCheckpointer
@@ -106,12 +113,22 @@ def _stale_redis(checkpointer: BaseCheckpointer, thread: str, workdir: Path) -> 
     assert isinstance(checkpointer, PgCheckpointer) and checkpointer.redis_url
     first = first_state_path(workdir, thread)
     if not first.exists():
-        return
+        return None
+    fault = CACHE_FAULTS[int(hashlib.sha256(thread.encode()).hexdigest(), 16) % len(CACHE_FAULTS)]
     client = redis.Redis.from_url(checkpointer.redis_url)
+    key = checkpointer.cache_key(thread)
     try:
-        client.hset(checkpointer.cache_key(thread), mapping={"version": 1, "state": first.read_text()})
+        if fault == "stale":
+            client.hset(key, mapping={"version": 1, "state": first.read_text()})
+        elif fault == "future":
+            future = json.loads(first.read_text())
+            future["meta"] = {**future.get("meta", {}), "current_node": None, "status": "done"}
+            client.hset(key, mapping={"version": 10**6, "state": json.dumps(future)})
+        else:
+            client.delete(key)
     finally:
         client.close()
+    return f"the Redis cache was left {fault} before the resume (a resume must read PostgreSQL)"
 
 
 def _shared_pg(with_redis: bool) -> Callable[[pytest.FixtureRequest], BaseCheckpointer]:

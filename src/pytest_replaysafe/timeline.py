@@ -64,6 +64,7 @@ def build(
     mode: str,
     crashed: bool,
     resume_error: str | None = None,
+    before_resume: str | None = None,
 ) -> list[Event]:
     """*entries*: the hit thread's log after the resume; *crashed_at*: how many of them were written before the
     crash; *labels*: call id -> ``tool(args)``."""
@@ -76,6 +77,8 @@ def build(
     for i, entry in enumerate(entries):
         if i == crashed_at and crashed:
             events.append({"phase": "crash", "kind": "crash", "text": crash_text(point, hit, mode)})
+            if before_resume:
+                events.append({"phase": "crash", "kind": "fault", "text": before_resume})
         hid = calls.get(entry.id, entry.id) if entry.call is None else entry.call
         label = labels.get(hid, entry.tool or hid)
         phase = "run" if i < crashed_at or not crashed else "resume"
@@ -93,6 +96,8 @@ def build(
             recorded.add(hid)
     if crashed and crashed_at >= len(entries):
         events.append({"phase": "crash", "kind": "crash", "text": crash_text(point, hit, mode)})
+        if before_resume:
+            events.append({"phase": "crash", "kind": "fault", "text": before_resume})
     if not crashed:
         return events
     for hid in sorted(recorded - again):
