@@ -122,7 +122,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             return self._conn
         # First use, or a forked child: never use the parent's connection (its locks belong to the parent).
         conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
+        self._enter_wal(conn)
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
         with _transaction(conn):
@@ -133,6 +133,21 @@ class SqliteCheckpointer(BaseCheckpointer):
                 conn.execute(f"PRAGMA user_version={version}")
         self._conn, self._pid = conn, os.getpid()
         return conn
+
+    def _enter_wal(self, conn: sqlite3.Connection) -> None:
+        """``PRAGMA journal_mode=WAL``, retried: processes opening a new file at the same moment can be refused
+        ("database is locked") without SQLite's busy handler being asked, while another one switches the mode."""
+        deadline = time.monotonic() + self.timeout
+        delay = 0.005
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
