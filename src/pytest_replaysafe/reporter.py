@@ -72,11 +72,12 @@ class MatrixReporter:
             terminalreporter.write_line("no crash-matrix cells ran (mark tests with @pytest.mark.crash_matrix)")
             return
         exposure = summarize(self.exposure, settings.rate_per_s)
+        exposure_report = {"rate": settings.rate, "rows": exposure}
         for line in report.text_grid(cells) + report.failure_lines(cells) + exposure_lines(exposure, settings.rate):
             terminalreporter.write_line(line)
         written = []
         if settings.report is not None:
-            report.write_json(settings.report, cells, settings.seed, {"rate": settings.rate, "rows": exposure})
+            report.write_json(settings.report, cells, settings.seed, exposure_report)
             written.append(settings.report)
         if settings.markdown is not None:
             settings.markdown.parent.mkdir(parents=True, exist_ok=True)
@@ -87,7 +88,7 @@ class MatrixReporter:
         if settings.html is not None:
             from pytest_replaysafe import html
 
-            html.write(settings.html, cells, settings.seed, {"rate": settings.rate, "rows": exposure})
+            html.write(settings.html, cells, settings.seed, exposure_report)
             written.append(settings.html)
         summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary_path:

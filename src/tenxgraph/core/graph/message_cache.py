@@ -36,8 +36,6 @@ class MessageCache:
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
         self._owner: weakref.ref[BaseCheckpointer] | None = None  # what the kept messages were read from
         self._lock = threading.Lock()  # graphs are shared between threads of a server
-        #: Messages decoded by the last :meth:`load` on this cache (for tests and benchmarks).
-        self.last_read = 0
 
     async def load(self, checkpointer: BaseCheckpointer, thread_id: str) -> list[Message]:
         """The thread's messages in stored order, reading only those stored since the last load."""
@@ -49,9 +47,7 @@ class MessageCache:
         after = kept.last_seq if kept is not None and self.max_threads else 0
         found = await checkpointer.alist_messages_after(thread_id, after)
         if found is None:  # storage without sequence numbers: the whole log, every time
-            messages = await checkpointer.alist_messages(thread_id)
-            self.last_read = len(messages)
-            return messages
+            return await checkpointer.alist_messages(thread_id)
         new = tuple(m for _, m in found.rows)
         if after and kept is not None and len(kept.messages) + len(new) == found.count:
             log = kept.messages + new
@@ -61,7 +57,6 @@ class MessageCache:
             found = await checkpointer.alist_messages_after(thread_id, 0)
             assert found is not None
             log = tuple(m for _, m in found.rows)
-        self.last_read = len(found.rows)
         if self.max_threads:
             with self._lock:
                 self._kept[thread_id] = _Kept(log, found.last_seq if len(log) == found.count else 0)
@@ -69,7 +64,3 @@ class MessageCache:
                 while len(self._kept) > self.max_threads:
                     self._kept.popitem(last=False)
         return list(log)
-
-    def forget(self, thread_id: str) -> None:
-        with self._lock:
-            self._kept.pop(thread_id, None)

@@ -215,6 +215,28 @@ class BaseCheckpointer(ABC):
         return f"{type(self).__name__}()"
 
 
+def encode_group(
+    records: Sequence[tuple[str, dict[str, JSON]]],
+) -> tuple[list[bool | SerializationError], list[tuple[int, str, str]]]:
+    """For :meth:`BaseCheckpointer.aput_tool_results`: the outcome list (each record's SerializationError in its
+    place, False elsewhere until written) and ``(index, key, json)`` of the records to write, the first of each key
+    only (one statement cannot update a row twice)."""
+    out: list[bool | SerializationError] = []
+    texts: list[tuple[int, str, str]] = []
+    keys: set[str] = set()
+    for i, (key, record) in enumerate(records):
+        try:
+            text = dumps(record, f"ledger record {key!r}")
+        except SerializationError as exc:
+            out.append(exc)
+            continue
+        out.append(False)
+        if key not in keys:
+            keys.add(key)
+            texts.append((i, key, text))
+    return out, texts
+
+
 def encode_messages(messages: Iterable[Message]) -> list[tuple[str, str]]:
     """``(message_id, json)`` pairs, raising a clear error for a message that cannot be stored."""
     return [(m.message_id, dumps(m.to_dict(), f"message {m.message_id}")) for m in messages]

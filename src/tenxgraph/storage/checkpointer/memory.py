@@ -73,15 +73,16 @@ class InMemoryCheckpointer(BaseCheckpointer):
         return [Message.from_json(t) for t in texts]
 
     async def alist_messages_after(self, thread_id: str, after_seq: int) -> MessagesAfter:
-        with self._lock:
-            log = list(self._messages.get(check_thread_id(thread_id), {}).values())
         newer = []
-        for seq, text in reversed(log):  # seq order: the new ones are at the end
-            if seq <= after_seq:
-                break
-            newer.append((seq, text))
+        with self._lock:
+            log = self._messages.get(check_thread_id(thread_id), {})
+            for seq, text in reversed(log.values()):  # seq order: the new ones are at the end
+                if seq <= after_seq:
+                    break
+                newer.append((seq, text))
+            count, last = len(log), (next(reversed(log.values()))[0] if log else 0)
         rows = [(seq, Message.from_json(text)) for seq, text in reversed(newer)]
-        return MessagesAfter(rows, len(log), log[-1][0] if log else 0)
+        return MessagesAfter(rows, count, last)
 
     async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
         encoded = encode_messages(messages)

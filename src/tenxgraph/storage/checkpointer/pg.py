@@ -51,6 +51,7 @@ from tenxgraph.storage.checkpointer.base import (
     ThreadSnapshot,
     check_prune_args,
     check_thread_id,
+    encode_group,
     encode_messages,
     migration_plan,
     prune_in_batches,
@@ -382,29 +383,17 @@ class PgCheckpointer(BaseCheckpointer):
     ) -> list[bool | SerializationError]:
         """One statement (one commit) for the whole group; idempotent, so a retry cannot write twice."""
         check_thread_id(thread_id)
-        out: list[bool | SerializationError] = []
-        texts: dict[str, tuple[int, str]] = {}
-        for i, (key, record) in enumerate(records):
-            try:
-                text = dumps(record, f"ledger record {key!r}")
-            except SerializationError as exc:
-                out.append(exc)
-                continue
-            if key in texts:  # one statement cannot update a row twice: the first record of a key wins
-                out.append(False)
-                continue
-            texts[key] = (i, text)
-            out.append(False)
+        out, texts = encode_group(records)
         if not texts:
             return out
-        params = {"t": thread_id, "rows": json_rows("key", "result", [(k, text) for k, (_, text) in texts.items()])}
+        params = {"t": thread_id, "rows": json_rows("key", "result", [(key, text) for _, key, text in texts])}
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> set[str]:
             cur = await conn.execute(self._q["put_results"], params)
             return {row[0] for row in await cur.fetchall()}
 
         written = await self._retrying("ledger write", op)
-        for key, (i, _) in texts.items():
+        for i, key, _ in texts:
             out[i] = key in written
         return out
 

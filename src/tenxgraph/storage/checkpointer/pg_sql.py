@@ -8,6 +8,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+# The new messages of a state write, in the same statement: the CTE reads from the write ``w``, so a lost
+# compare-and-swap stores nothing. They travel as one JSON array parameter ([{"id": ..., "data": {...}}, ...], see
+# json_rows): no per-element array escaping on the client.
+_MESSAGES_AFTER_WRITE = """        ), m AS (
+            INSERT INTO {schema}.messages (thread_id, message_id, data)
+            SELECT %s, u.e->>'id', u.e->'data' FROM w, jsonb_array_elements(%s::text::jsonb) WITH ORDINALITY AS u(e, n)
+            ORDER BY u.n
+            ON CONFLICT (thread_id, message_id) DO NOTHING
+        )
+        SELECT version FROM w"""
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE IF NOT EXISTS {schema}.threads (
@@ -41,34 +52,22 @@ MIGRATIONS: dict[int, list[str]] = {
 
 QUERIES = {
     "get_thread": "SELECT version, state FROM {schema}.threads WHERE thread_id = %s",
-    # CAS + messages in one statement; the messages CTE reads from the write, so a lost CAS stores nothing. New
-    # messages travel as one JSON array parameter ([{"id": ..., "data": {...}}, ...], see pg.json_rows): no
-    # per-element array escaping on the client.
+    # CAS + messages in one statement (see _MESSAGES_AFTER_WRITE).
     "create_thread": """
         WITH w AS (
             INSERT INTO {schema}.threads (thread_id, version, state)
             VALUES (%s, 1, %s::text::jsonb)
             ON CONFLICT (thread_id) DO NOTHING
             RETURNING version
-        ), m AS (
-            INSERT INTO {schema}.messages (thread_id, message_id, data)
-            SELECT %s, u.e->>'id', u.e->'data' FROM w, jsonb_array_elements(%s::text::jsonb) WITH ORDINALITY AS u(e, n)
-            ORDER BY u.n
-            ON CONFLICT (thread_id, message_id) DO NOTHING
-        )
-        SELECT version FROM w""",
+"""
+    + _MESSAGES_AFTER_WRITE,
     "update_thread": """
         WITH w AS (
             UPDATE {schema}.threads SET version = version + 1, state = %s::text::jsonb, updated_at = now()
             WHERE thread_id = %s AND version = %s
             RETURNING version
-        ), m AS (
-            INSERT INTO {schema}.messages (thread_id, message_id, data)
-            SELECT %s, u.e->>'id', u.e->'data' FROM w, jsonb_array_elements(%s::text::jsonb) WITH ORDINALITY AS u(e, n)
-            ORDER BY u.n
-            ON CONFLICT (thread_id, message_id) DO NOTHING
-        )
-        SELECT version FROM w""",
+"""
+    + _MESSAGES_AFTER_WRITE,
     "list_messages": "SELECT data FROM {schema}.messages WHERE thread_id = %s ORDER BY seq",
     # One statement, one snapshot: the thread's count and highest seq, then the rows after a seq (none: NULLs).
     "list_messages_after": """

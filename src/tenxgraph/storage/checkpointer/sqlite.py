@@ -34,6 +34,7 @@ from tenxgraph.storage.checkpointer.base import (
     check_prune_args,
     check_thread_id,
     decode_record,
+    encode_group,
     encode_messages,
     migration_plan,
     prune_in_batches,
@@ -245,14 +246,7 @@ class SqliteCheckpointer(BaseCheckpointer):
     ) -> list[bool | SerializationError]:
         """One transaction, one fsync for the whole group."""
         check_thread_id(thread_id)
-        out: list[bool | SerializationError] = []
-        texts: list[tuple[int, str, str]] = []
-        for i, (key, record) in enumerate(records):
-            try:
-                texts.append((i, key, dumps(record, f"ledger record {key!r}")))
-                out.append(False)
-            except SerializationError as exc:
-                out.append(exc)
+        out, texts = encode_group(records)
         if texts:
             now = time.time()
             with self._tx() as conn:
