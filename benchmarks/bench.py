@@ -299,8 +299,8 @@ def crash_matrix_throughput(workdir: Path, hits_per_mode: int) -> dict[str, Any]
                 payments = Effects(d / "effects.db")
                 request = {"messages": [Message.text_message("refund order 1042")]}
                 run.invoke(build_support_agent(cp, payments), request)
-                for hit, order in run.planned_executions():  # the plugin runs the test body once per hit
-                    run.begin_execution(hit, order)
+                for plan in run.planned_executions():  # the plugin runs the test body once per hit
+                    run.begin_execution(*plan)
                     run.invoke(build_support_agent(cp, payments), request)
                 cells += len(run.results)
                 durations += [r.duration_s * 1000 for r in run.results]

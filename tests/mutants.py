@@ -159,6 +159,39 @@ def ledger_read_prefix_only() -> None:
     handler._read_ledger = read
 
 
+def replay_consumes_records() -> None:
+    """Replay *moves* records: the ledger read deletes what it found (a consume-once queue) and the tool node
+    writes them back once its calls are done. One crash and a clean resume never show it; a crash during that
+    resume, after the read and before the write-back, loses the records, and the next resume runs recorded calls
+    again (see ``--crash-depth=2``)."""
+    from tenxgraph.core.graph import tool_node
+
+    original_read, original_invoke = handler._read_ledger, tool_node.invoke_tool_calls
+    consumed: dict[str, dict[str, Any]] = {}
+
+    async def read(keys: list[str], calls: Any, ctx: Any) -> dict[str, Any]:
+        found = await original_read(keys, calls, ctx)
+        store = ctx.checkpointer
+        while hasattr(store, "inner"):
+            store = store.inner
+        if found and isinstance(store, SqliteCheckpointer):
+            with store._tx() as conn:
+                rows = [(ctx.thread_id, key) for key in found]
+                conn.executemany("DELETE FROM tool_executions WHERE thread_id = ? AND key = ?", rows)
+            consumed.setdefault(ctx.thread_id, {}).update(found)
+        return found
+
+    async def invoke(message: Any, tools: Any, ctx: Any) -> Any:
+        executions = await original_invoke(message, tools, ctx)
+        back = consumed.pop(ctx.thread_id, {})
+        if back:
+            await ctx.checkpointer.aput_tool_results(ctx.thread_id, list(back.items()))
+        return executions
+
+    handler._read_ledger = read
+    tool_node.invoke_tool_calls = invoke  # type: ignore[assignment]
+
+
 MUTANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (
@@ -174,10 +207,13 @@ MUTANTS: dict[str, Callable[[], None]] = {
         stale_redis_trusted,
         first_parallel_call_only_recorded,
         ledger_read_prefix_only,
+        replay_consumes_records,
     )
 }
 #: Mutants that need a dimension beyond one crash in one seeded order to be seen for sure.
 NEEDS_ORDERS = frozenset({"ledger_read_prefix_only"})
+#: Mutants only a crash during recovery shows (``--crash-depth=2``).
+NEEDS_DEPTH = frozenset({"replay_consumes_records"})
 #: Mutants that only a backend with a Redis cache can show.
 NEEDS_REDIS = frozenset({"stale_redis_trusted"})
 

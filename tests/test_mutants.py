@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_replaysafe import services
-from tests.mutants import MUTANTS, NEEDS_ORDERS, NEEDS_REDIS
+from tests.mutants import MUTANTS, NEEDS_DEPTH, NEEDS_ORDERS, NEEDS_REDIS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,6 +79,7 @@ def run_matrix(workdir: Path, mutant: str | None) -> dict[str, object]:
             "--crash-matrix",
             f"--crash-backends={backends}",
             *(["--crash-orders=all"] if mutant in NEEDS_ORDERS else []),
+            *(["--crash-depth=2"] if mutant in NEEDS_DEPTH else []),
             "--crash-seed=1",
             "--crash-report=report.json",
             "test_agent.py",

@@ -114,3 +114,10 @@ def unfinished(entries: list[Entry]) -> dict[str, str]:
                 last[call] = e.event
     states = {"start": "in_flight", "end": "after_return", "record": "after_return"}
     return {call: states[event] for call, event in last.items() if event in states}
+
+
+def unfinished_since(entries: list[Entry], start: int) -> dict[str, str]:
+    """Right after a later crash: the calls :func:`unfinished` finds that also ran (started or returned) after
+    ``entries[start]``, the previous crash; a call the resume never reached was already counted at that crash."""
+    touched = {e.hid for e in entries[start:] if e.event in ("start", "end", "timeout")}
+    return {call: state for call, state in unfinished(entries).items() if call in touched}

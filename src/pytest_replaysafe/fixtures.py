@@ -19,6 +19,7 @@ from pytest_replaysafe import matrix, services
 from pytest_replaysafe.exposure import EXPOSURE_PROPERTY
 from pytest_replaysafe.options import settings_key
 from pytest_replaysafe.outcome import CellResult, Outcome
+from pytest_replaysafe.schedules import SCHEDULES_PROPERTY
 
 if TYPE_CHECKING:
     from pytest_replaysafe.effects import Effects
@@ -100,7 +101,8 @@ def crash_run(
 
     settings = request.config.stash[settings_key]
     marker = request.node.get_closest_marker("crash_matrix")
-    tools = matrix.marker_kwargs(marker).get("tools") if marker else None
+    marked = matrix.marker_kwargs(marker) if marker else {}
+    tools = marked.get("tools")
     cell = _replaysafe_cell
     backend = None
     if cell is None:
@@ -122,6 +124,7 @@ def crash_run(
         tools=list(tools) if tools else None,
         hits=settings.hits,
         orders=settings.orders,
+        depth=settings.depth_for(marked),
         replay=settings.replay.executions(request.node.nodeid) if settings.replay else None,
         effects=request.getfixturevalue("effects") if "effects" in request.fixturenames else None,
     )
@@ -129,6 +132,10 @@ def crash_run(
     yield run
     for result in run.results:
         request.node.user_properties.append((CELL_PROPERTY, json.dumps(result.to_json())))
+    if run.choice is not None:
+        budget = -1 if run.depth.budget is None else run.depth.budget
+        choice = {k: getattr(run.choice, k) for k in ("candidates", "enumerated", "sampled")}
+        request.node.user_properties.append((SCHEDULES_PROPERTY, json.dumps({**choice, "budget": budget})))
     if cell is not None and run.exposure:
         sample = {"backend": cell.backend, "windows": run.exposure}
         request.node.user_properties.append((EXPOSURE_PROPERTY, json.dumps(sample)))

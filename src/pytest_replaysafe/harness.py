@@ -15,7 +15,7 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,14 +24,15 @@ import pytest
 
 from pytest_replaysafe import timeline
 from pytest_replaysafe.effects import Effects
-from pytest_replaysafe.evidence import Entry, ExecutionLog, unfinished
+from pytest_replaysafe.evidence import Entry, ExecutionLog, unfinished, unfinished_since
 from pytest_replaysafe.exposure import windows
 from pytest_replaysafe.gaps import GapRule, gap_reasons, point_gap
 from pytest_replaysafe.matrix import Backend, Cell
-from pytest_replaysafe.modes import MODES, Hit, Inputs
+from pytest_replaysafe.modes import MODES, Hit, Inputs, Mode
 from pytest_replaysafe.orders import Orders
 from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
 from pytest_replaysafe.procs import HarnessError
+from pytest_replaysafe.schedules import DEPTH_MODES, Choice, Depth, Plan, Then, candidates, choose
 from pytest_replaysafe.spy import RecordingCheckpointer
 from pytest_replaysafe.verdict import HitEvidence, Reference, call_labels, judge, reference, result_problems
 from tenxgraph.core import crashpoints
@@ -76,7 +77,8 @@ class CrashRun:
         hits: set[int] | None = None,
         effects: Effects | None = None,
         orders: Orders | None = None,
-        replay: list[tuple[int, int]] | None = None,
+        replay: list[Plan] | None = None,
+        depth: Depth | None = None,
     ) -> None:
         self.nodeid = nodeid
         self.cell = cell
@@ -102,9 +104,14 @@ class CrashRun:
         self.hit: int = min(hits) if hits else 1
         self.orders = orders or Orders()
         self.order = self.orders.variants(0)[0]  # this execution's completion order (see :mod:`.orders`)
-        self.replay = replay  # --crash-replay: exactly these (hit, order) pairs
+        self.depth = depth or Depth()
+        self.then: Then | None = None  # this execution's second crash, during the resume (depth 2)
+        #: Per (hit, order): how often the depth-1 resume reached each point (the candidates for a second crash).
+        self._resume_counts: dict[tuple[int, int], dict[str, int]] = {}
+        self.choice: Choice | None = None  # the depth-2 schedules chosen, and how
+        self.replay = replay  # --crash-replay: exactly these (hit, order, second crash) schedules
         if replay:
-            self.hit, self.order = replay[0]
+            self.hit, self.order, self.then = replay[0]
         self._widest = 0  # the widest parallel batch of a clean run
         self._drive_index = 0
         self._execution_start = 0
@@ -158,20 +165,30 @@ class CrashRun:
         return [e for e in entries if e.tool is None or e.tool in allowed]
 
     # -- the plugin's side ------------------------------------------------------------------------------
-    def planned_executions(self) -> list[tuple[int, int]]:
-        """``(hit, order)`` still to run after the first execution of the body (each gets one of its own)."""
-        most = max((d.reached for d in self.drives), default=0)
+    def planned_executions(self) -> Iterator[Plan]:
+        """``(hit, order, second crash)`` still to run after the first execution of the body (each gets one of
+        its own): every depth-1 hit and order, then the depth-2 schedules their resumes made possible (chosen
+        once those ran, see :mod:`.schedules`)."""
         if self.replay:
-            return self.replay[1:]
-        if self.cell is not None and self.cell.budget:
-            return []
+            yield from self.replay[1:]
+            return
+        if self.cell is None or self.cell.budget:
+            return
+        most = max((d.reached for d in self.drives), default=0)
         wanted = sorted(self.hits) if self.hits else list(range(1, most + 1))
         orders = self.orders.variants(self._widest)
-        planned = [(h, o) for h in wanted if h <= most for o in orders]
-        return [p for p in planned if p != (self.hit, self.order)]
+        first = [(h, o) for h in wanted if h <= most for o in orders]
+        yield from [(h, o, None) for h, o in first if (h, o) != (self.hit, self.order)]
+        if self.depth.depth < 2 or self.cell.mode not in DEPTH_MODES:
+            return
+        if crashpoints.get_crash_point(self.cell.point).kind != "crash":
+            return
+        rng = random.Random(f"{self.seed}:{self.nodeid}:depth2")
+        self.choice = choose(candidates(first, self._resume_counts), self.depth, rng)
+        yield from self.choice.plans
 
-    def begin_execution(self, hit: int, order: int = 0) -> None:
-        self.hit, self.order = hit, order
+    def begin_execution(self, hit: int, order: int = 0, then: Then | None = None) -> None:
+        self.hit, self.order, self.then = hit, order, then
         self._drive_index = 0
         self._execution_start = len(self.results)
 
@@ -336,17 +353,21 @@ class CrashRun:
         evidence = HitEvidence(crash.crashed, crash.window, [], unfinished(before), error=crash.error)
         evidence.tools = frozenset(self.tools) if self.tools is not None else None
         result: RunResult[Any] | None = None
+        second: tuple[int, str] | None = None  # where in the log the second crash fell, and what it was
         if crash.crashed and not crash.error:
             if self.backend is not None and self.backend.stale_cache is not None:
                 fault = self.backend.stale_cache(self.checkpointer.inner, thread, self.workdir)
-            try:
-                result = mode.resume(self, ctx)
-            except HarnessError as exc:  # the harness failed (a hung child): no verdict on the runtime
-                evidence.error = str(exc)
-            except Exception as exc:
-                evidence.resume_error = f"{type(exc).__name__}: {exc}"
-            else:
-                evidence.final_messages, evidence.final_text = result.messages, result.final_text
+            if self.then is not None:  # depth 2: the first resume crashes too
+                again = Hit(app, ctx.resume_input, ctx.resume_config, stream, self.then.point, self.then.hit, thread)
+                crash2 = mode.crash(self, again)
+                if not crash2.crashed and not crash2.error:  # the resume never got there: nothing new to judge
+                    return self.stored_result(app, thread)
+                mid = self._entries(thread)
+                evidence.error = evidence.error or crash2.error
+                evidence.later.append((self.then.point, crash2.window, unfinished_since(mid, len(before))))
+                second = (len(mid), timeline.crash_text(self.then.point, self.then.hit, cell.mode) + " of the resume")
+            if not evidence.error:
+                result = self._resume(mode, ctx, evidence, count=self.then is None and self.depth.depth > 1)
             evidence.contest = ctx.contest
         evidence.entries = self._entries(thread)
         evidence.effects = self._effects_on(thread)
@@ -358,7 +379,7 @@ class CrashRun:
         labels = call_labels(evidence.final_messages or [])
         r.timeline = timeline.build(
             evidence.entries, len(before), labels, point=cell.point, hit=hit, mode=cell.mode,
-            crashed=crash.crashed, resume_error=evidence.resume_error, before_resume=fault,
+            crashed=crash.crashed, resume_error=evidence.resume_error, before_resume=fault, second=second,
         )  # fmt: skip
         if evidence.effects is not None:
             r.effects_applied = dict(Counter(e["kind"] for e in evidence.effects))
@@ -366,13 +387,36 @@ class CrashRun:
             raise ReplaySafetyViolation(f"hit {hit}: {outcome.upper()}: {detail}\n    repro: {r.repro}")
         return result if result is not None else drive.clean
 
+    def _resume(self, mode: Mode, ctx: Hit, evidence: HitEvidence, count: bool) -> RunResult[Any] | None:
+        """The (last) resume of a hit; with *count*, how often it reached each point is kept for depth 2."""
+        try:
+            with crashpoints.counting() as counts:
+                result: RunResult[Any] = mode.resume(self, ctx)
+        except HarnessError as exc:  # the harness failed (a hung child): no verdict on the runtime
+            evidence.error = str(exc)
+            return None
+        except Exception as exc:
+            evidence.resume_error = f"{type(exc).__name__}: {exc}"
+            return None
+        evidence.final_messages, evidence.final_text = result.messages, result.final_text
+        if count:
+            seen = self._resume_counts.setdefault((self.hit, self.order), {})
+            for point, n in counts.items():
+                seen[point] = max(seen.get(point, 0), n)
+        return result
+
+    def repro(self, hit: int | None = None) -> str:
+        """The command that runs this execution's schedule again (at *hit*, default this execution's)."""
+        hit = self.hit if hit is None else hit
+        if not hit:
+            return self.repro_base
+        return f"{self.repro_base} --crash-hits={hit}{self.orders.flag(self.order)}{self.depth.flag(self.then)}"
+
     def _record(
         self, hit: int, outcome: Outcome, gap: str | None, executions: dict[str, int], duration: float, detail: str
     ) -> None:
         assert self.cell is not None
-        repro = (
-            self.repro_base + (f" --crash-hits={hit}" if hit else "") + (self.orders.flag(self.order) if hit else "")
-        )
+        repro = self.repro(hit)
         self.results.append(
             CellResult(
                 self.nodeid,
@@ -387,5 +431,6 @@ class CrashRun:
                 repro=repro,
                 detail=detail,
                 order=self.order,
+                then=str(self.then) if self.then is not None else None,
             )
         )

@@ -211,7 +211,7 @@ def parse_hits(value: str | None) -> set[int] | None:
 
 
 def marker_kwargs(marker: Any) -> dict[str, Any]:
-    allowed = {"points", "backends", "modes", "tools"}
+    allowed = {"points", "backends", "modes", "tools", "depth", "budget"}
     unknown = set(marker.kwargs) - allowed
     if unknown or marker.args:
         raise pytest.UsageError(

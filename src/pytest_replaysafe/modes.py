@@ -61,7 +61,7 @@ class Hit:
     """One hit of one drive: what to run, where it crashes, and what was seen."""
 
     app: CompiledGraph[Any]
-    input: Inputs
+    input: Inputs | None  # None: resume the thread (a second crash happens during a resume)
     config: dict[str, Any]
     stream: bool
     point: str

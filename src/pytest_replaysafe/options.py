@@ -14,6 +14,7 @@ from pytest_replaysafe import matrix, services
 from pytest_replaysafe.exposure import parse_rate
 from pytest_replaysafe.orders import Orders
 from pytest_replaysafe.replay import Replay
+from pytest_replaysafe.schedules import DEFAULT_BUDGET, Depth
 
 if TYPE_CHECKING:
     from pytest_replaysafe.gaps import GapRule
@@ -41,10 +42,21 @@ class Settings:
     orders: Orders = field(default_factory=Orders)
     #: ``--crash-replay``: the failing cells of an earlier report, to run again exactly.
     replay: Replay | None = None
+    #: Crashes during recovery (``--crash-depth``, ``--crash-budget``, ``--crash-then``); None where not given.
+    depth: int | None = None
+    budget: str | None = None
+    then: str | None = None
     registry: dict[str, matrix.Backend] = field(default_factory=dict)
     #: Backends that cannot run here (defaulted ones only: a requested one is a usage error), with the reason.
     unavailable: dict[str, str] = field(default_factory=dict)
     rules: tuple[GapRule, ...] = ()
+
+
+    def depth_for(self, marked: dict[str, Any]) -> Depth:
+        """A test's depth and budget: the command line's (or ini's), else its marker's ``depth=`` and ``budget=``."""
+        depth = self.depth if self.depth is not None else marked.get("depth")
+        budget = self.budget if self.budget is not None else marked.get("budget")
+        return Depth.parse(depth, budget, self.then)
 
 
 settings_key = pytest.StashKey[Settings]()
@@ -109,6 +121,21 @@ def add_options(parser: pytest.Parser) -> None:
     )
     group.addoption("--crash-order", default=None, metavar="K", help="only completion order K (for a repro)")
     group.addoption(
+        "--crash-depth",
+        default=None,
+        metavar="1|2",
+        help="2: also crash during the resume (at each point and hit the resume reaches, under --crash-budget) "
+        "and resume again; default 1",
+    )
+    group.addoption(
+        "--crash-budget",
+        default=None,
+        metavar="N|all",
+        help=f"depth-2 schedules per test item (default {DEFAULT_BUDGET}; the replay path is always run, the rest "
+        "drawn by seed), or 'all'",
+    )
+    group.addoption("--crash-then", default=None, metavar="POINT@J", help="only this second crash (for a repro)")
+    group.addoption(
         "--crash-list",
         action="store_true",
         default=False,
@@ -123,6 +150,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("crash_html", "default --crash-html path", default="")
     parser.addini("crash_progress", "default --crash-progress (seconds, or off)", default="")
     parser.addini("crash_orders", "default --crash-orders (a number, or all)", default="")
+    parser.addini("crash_depth", "default --crash-depth (1 or 2)", default="")
+    parser.addini("crash_budget", "default --crash-budget (schedules per test item, or all)", default="")
     parser.addini("crash_rate", "default --crash-rate (crashes per process, such as 1/day)", default="")
 
 
@@ -188,6 +217,9 @@ def read_settings(config: pytest.Config) -> Settings:
         if config.getoption("--crash-seed") is None and not hasattr(config, "workerinput"):
             settings.seed = replay.seed  # the report's seed, unless one is given
     settings.orders = Orders.parse(_option(config, "crash_orders"), config.getoption("--crash-order"))
+    depth = _option(config, "crash_depth")
+    settings.budget, settings.then = _option(config, "crash_budget"), config.getoption("--crash-then")
+    settings.depth = Depth.parse(depth, settings.budget, settings.then).depth if depth or settings.then else None
     settings.rate = str(_option(config, "crash_rate") or "1/day")
     try:
         settings.rate_per_s = parse_rate(settings.rate)

@@ -78,6 +78,8 @@ class CellResult:
     effects_applied: dict[str, int] = field(default_factory=dict)
     #: The completion order of parallel calls the cell ran under (0: the seeded default; see ``orders``).
     order: int = 0
+    #: Depth 2: the second crash, during the first resume, as ``point@hit`` (None: one crash).
+    then: str | None = None
     #: What happened, in order: each tool execution and ledger record, the crash, the resume, the verdict.
     timeline: list[dict[str, str]] = field(default_factory=list)
 

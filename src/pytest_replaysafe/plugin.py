@@ -111,7 +111,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if run is None or pyfuncitem.get_closest_marker("crash_matrix") is None or inspect.iscoroutinefunction(fn):
         return None
     names = [name for name in inspect.signature(fn).parameters if name in pyfuncitem.funcargs]
-    failures: list[tuple[int | None, Exception]] = []
+    failures: list[tuple[int | None, Exception, str]] = []
 
     def execute() -> None:
         faker: Any = pyfuncitem.funcargs.get("faker")
@@ -121,25 +121,22 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
             fn(**{name: pyfuncitem.funcargs[name] for name in names})
         except Exception as exc:
             run.body_failed(exc)
-            failures.append((run.hit, exc))
+            failures.append((run.hit, exc, run.repro()))
 
     execute()
     if not run.driven:
         if failures:
             raise failures[0][1]
         run.check_routed()
-    for hit, order in run.planned_executions():
-        run.begin_execution(hit, order)
+    for plan in run.planned_executions():
+        run.begin_execution(*plan)
         execute()
     run.conclude()
     if failures:
-        first_hit, exc = failures[0]
+        _, exc, repro = failures[0]
         if run.cell is not None:
-            hits = ", ".join(str(h) for h, _ in failures)  # (with --crash-orders, a hit may fail in several orders)
-            exc.add_note(
-                f"replaysafe: the test failed at hit(s) {hits} of {run.cell.id}; repro: {run.repro_base} "
-                f"--crash-hits={first_hit}"
-            )
+            hits = ", ".join(str(h) for h, _, _ in failures)  # (a hit may fail in several orders and schedules)
+            exc.add_note(f"replaysafe: the test failed at hit(s) {hits} of {run.cell.id}; repro: {repro}")
         raise exc
     return True
 

@@ -1,9 +1,10 @@
 """``--crash-replay=REPORT.json``: run again exactly the failing cells of an earlier report, under its seed.
 
-Each failing cell names its test item, hit and completion order; the replay deselects every other item and runs
-each selected one at those (hit, order) pairs only, smallest first, so a CI job can re-check yesterday's red cells
-in seconds. Failing cells are listed smallest first in reports too (earliest hit, then order): the smallest
-failing schedule of a test is the first repro line to try.
+Each failing cell names its test item, hit, completion order and (depth 2) second crash; the replay deselects
+every other item and runs each selected one at those schedules only, smallest first, so a CI job can re-check
+yesterday's red cells in seconds. Failing cells are listed smallest first in reports too (fewest crashes, earliest
+hit, then order, then the earliest second crash): the smallest failing schedule of a test is the first repro line
+to try.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from typing import Any
 import pytest
 
 from pytest_replaysafe.outcome import Outcome
+from pytest_replaysafe.schedules import Plan, Then
 
 
 @dataclass
 class Replay:
     seed: int
-    #: test item id -> the (hit, order) pairs to run, smallest first
-    cells: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    #: test item id -> the (hit, order, second crash) schedules to run, smallest first
+    cells: dict[str, list[Plan]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> Replay:
@@ -36,9 +38,10 @@ class Replay:
                 "written by --crash-report"
             ) from None
         for c in failing:
-            replay.cells.setdefault(c["test"], []).append((max(int(c["hit"]), 1), int(c.get("order", 0))))
-        for pairs in replay.cells.values():
-            pairs.sort()
+            then = Then.parse(c["then"], "--crash-replay") if c.get("then") else None
+            replay.cells.setdefault(c["test"], []).append((max(int(c["hit"]), 1), int(c.get("order", 0)), then))
+        for plans in replay.cells.values():
+            plans.sort(key=lambda p: (p[2] is not None, p[0], p[1], p[2] or Then("", 0)))
         return replay
 
     def select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -49,10 +52,16 @@ class Replay:
             config.hook.pytest_deselected(items=dropped)
         items[:] = kept
 
-    def executions(self, nodeid: str) -> list[tuple[int, int]] | None:
+    def executions(self, nodeid: str) -> list[Plan] | None:
         return self.cells.get(nodeid)
 
 
-def smallest_first(cell: dict[str, Any]) -> tuple[str, int, int, str, str]:
-    """The order failing cells are listed in: per test, earliest hit, then completion order."""
-    return (cell["test"].split("[")[0], cell["hit"], cell.get("order", 0), cell["point"], cell["backend"])
+def smallest_first(cell: dict[str, Any]) -> tuple[str, bool, int, int, str, str, str]:
+    """The order failing cells are listed in: per test, one crash before two, earliest hit, then completion order,
+    then the earliest second crash."""
+    then = cell.get("then") or ""
+    second = (then.rpartition("@")[2].zfill(6), then) if then else ("", "")
+    return (
+        cell["test"].split("[")[0], bool(then), cell["hit"], cell.get("order", 0), "".join(second), cell["point"],
+        cell["backend"],
+    )  # fmt: skip

@@ -23,17 +23,30 @@ def summary(cells: Iterable[dict[str, Any]]) -> dict[str, int]:
     return {str(o): counts.get(str(o), 0) for o in Outcome}
 
 
-def to_json(cells: Sequence[dict[str, Any]], seed: int, exposure: dict[str, Any] | None = None) -> dict[str, Any]:
+def to_json(
+    cells: Sequence[dict[str, Any]],
+    seed: int,
+    exposure: dict[str, Any] | None = None,
+    schedules: dict[str, int] | None = None,
+) -> dict[str, Any]:
     data = {"schema": SCHEMA, "seed": seed, "cells": list(cells), "summary": summary(cells)}
+    if schedules is not None:  # depth 2: how many schedules ran of how many, enumerated and sampled
+        data["schedules"] = schedules
     if exposure is not None:
         data["exposure"] = exposure
     return data
 
 
-def write_json(path: Path, cells: Sequence[dict[str, Any]], seed: int, exposure: dict[str, Any] | None = None) -> None:
+def write_json(
+    path: Path,
+    cells: Sequence[dict[str, Any]],
+    seed: int,
+    exposure: dict[str, Any] | None = None,
+    schedules: dict[str, int] | None = None,
+) -> None:
     """One cell per line: small enough to keep, still readable with ``grep`` and ``jq``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = to_json(cells, seed, exposure)
+    data = to_json(cells, seed, exposure, schedules)
     rows = ",\n".join("    " + json.dumps(c, separators=(",", ":")) for c in data.pop("cells"))
     head = json.dumps(data, indent=2)[:-2]  # without the closing brace
     path.write_text(f'{head},\n  "cells": [\n{rows}\n  ]\n}}\n')
@@ -93,8 +106,9 @@ def failure_lines(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> l
     lines = []
     for cell in sorted(cells, key=smallest_first):  # per test, its smallest failing schedule first
         if Outcome(cell["outcome"]).failing:
+            then = f" then {cell['then']}" if cell.get("then") else ""
             head = (
-                f"{cell['outcome'].upper()} {test_name(cell['test'])} at {cell['point']} hit {cell['hit']}, "
+                f"{cell['outcome'].upper()} {test_name(cell['test'])} at {cell['point']} hit {cell['hit']}{then}, "
                 f"{cell['backend']}/{cell['mode']}: "
             )
             short = what_happened(cell["detail"], width - len(head))
@@ -108,9 +122,11 @@ def failure_lines(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> l
     return lines
 
 
-def closing_lines(cells: Sequence[dict[str, Any]], reports: Sequence[Path] = (), xfailed: int = 0) -> list[str]:
+def closing_lines(
+    cells: Sequence[dict[str, Any]], reports: Sequence[Path] = (), xfailed: int = 0, depth2: str | None = None
+) -> list[str]:
     """Three lines a person reads last: what was proved, the known gaps (the xfailed tests), where the reports are
-    (long paths wrap onto a fourth)."""
+    (long paths wrap onto a fourth); with depth 2, how many schedules ran comes before the reports."""
     counts = summary(cells)
     names = {c["backend"] for c in cells if c["outcome"] != Outcome.NOT_APPLICABLE}
     backends = ", ".join(sorted(names, key=lambda b: grid.column_order((b, ""))))
@@ -131,7 +147,7 @@ def closing_lines(cells: Sequence[dict[str, Any]], reports: Sequence[Path] = (),
     third = "reports: " + ("  ".join(str(p) for p in reports) if reports else "none written (see --crash-report)")
     return [
         line
-        for text in (first, second, third)
+        for text in (first, second, *([depth2] if depth2 else []), third)
         for line in textwrap.wrap(
             text, grid.WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
         )

@@ -17,6 +17,7 @@ from pytest_replaysafe.fixtures import CELL_PROPERTY
 from pytest_replaysafe.matrix import MODES, Cell
 from pytest_replaysafe.options import Settings
 from pytest_replaysafe.progress import Progress
+from pytest_replaysafe.schedules import SCHEDULES_PROPERTY, summary_line, totals
 
 
 def cell_of(item: pytest.Item) -> Cell | None:
@@ -34,6 +35,7 @@ class MatrixReporter:
         self.config = config
         self.cells: list[dict[str, Any]] = []
         self.exposure: list[dict[str, Any]] = []  # one sample of clean-run windows per matrix item
+        self.schedules: list[dict[str, int]] = []  # one depth-2 choice per matrix item (--crash-depth=2)
         self.progress = Progress(settings.progress_every)
         self.quiet = config.get_verbosity() < 0 or settings.progress_every is None
 
@@ -52,6 +54,9 @@ class MatrixReporter:
         self.cells += found
         self.exposure += [
             json.loads(v) for n, v in report.user_properties if n == EXPOSURE_PROPERTY and isinstance(v, str)
+        ]
+        self.schedules += [
+            json.loads(v) for n, v in report.user_properties if n == SCHEDULES_PROPERTY and isinstance(v, str)
         ]
         if report.nodeid not in self.progress.items:
             return
@@ -73,11 +78,12 @@ class MatrixReporter:
             return
         exposure = summarize(self.exposure, settings.rate_per_s)
         exposure_report = {"rate": settings.rate, "rows": exposure}
+        schedules = totals(self.schedules) if self.schedules else None
         for line in report.text_grid(cells) + report.failure_lines(cells) + exposure_lines(exposure, settings.rate):
             terminalreporter.write_line(line)
         written = []
         if settings.report is not None:
-            report.write_json(settings.report, cells, settings.seed, exposure_report)
+            report.write_json(settings.report, cells, settings.seed, exposure_report, schedules)
             written.append(settings.report)
         if settings.markdown is not None:
             settings.markdown.parent.mkdir(parents=True, exist_ok=True)
@@ -95,5 +101,6 @@ class MatrixReporter:
             with open(summary_path, "a", encoding="utf-8") as fh:
                 fh.write(report.markdown(cells, settings.seed) + "\n")
         xfailed = len(terminalreporter.stats.get("xfailed", []))
-        for line in report.closing_lines(cells, written, xfailed):
+        depth2 = summary_line(schedules) if schedules is not None else None
+        for line in report.closing_lines(cells, written, xfailed, depth2):
             terminalreporter.write_line(line)

@@ -65,9 +65,11 @@ def build(
     crashed: bool,
     resume_error: str | None = None,
     before_resume: str | None = None,
+    second: tuple[int, str] | None = None,
 ) -> list[Event]:
     """*entries*: the hit thread's log after the resume; *crashed_at*: how many of them were written before the
-    crash; *labels*: call id -> ``tool(args)``."""
+    crash; *labels*: call id -> ``tool(args)``; *second* (depth 2): how many were written before the crash of the
+    first resume, and what that crash was."""
     calls = _calls_of(entries)
     tools = {e.call or calls.get(e.id, e.id): e.tool for e in entries if e.tool}
     events: list[Event] = []
@@ -79,6 +81,8 @@ def build(
             events.append({"phase": "crash", "kind": "crash", "text": crash_text(point, hit, mode)})
             if before_resume:
                 events.append({"phase": "crash", "kind": "fault", "text": before_resume})
+        if second is not None and i == second[0]:
+            events.append({"phase": "crash", "kind": "crash", "text": second[1]})
         hid = calls.get(entry.id, entry.id) if entry.call is None else entry.call
         label = labels.get(hid, entry.tool or hid)
         phase = "run" if i < crashed_at or not crashed else "resume"
@@ -98,6 +102,8 @@ def build(
         events.append({"phase": "crash", "kind": "crash", "text": crash_text(point, hit, mode)})
         if before_resume:
             events.append({"phase": "crash", "kind": "fault", "text": before_resume})
+    if second is not None and second[0] >= len(entries):
+        events.append({"phase": "crash", "kind": "crash", "text": second[1]})
     if not crashed:
         return events
     for hid in sorted(recorded - again):

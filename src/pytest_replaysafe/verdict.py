@@ -60,6 +60,8 @@ class HitEvidence:
     effects: list[dict[str, Any]] | None = None  # effects applied on the hit's thread (None: no simulator)
     contest: list[str] = field(default_factory=list)  # problems the concurrent resumers found
     tools: frozenset[str] | None = None  # the marker's tools=: only their calls are judged
+    #: Crashes during the recovery (depth 2): (point, window, calls unfinished at it that the resume had run).
+    later: list[tuple[str, str | None, dict[str, str]]] = field(default_factory=list)
 
     def executions(self) -> Counter[str]:
         """Body executions per call (the harness's call identity)."""
@@ -249,29 +251,23 @@ def judge(
             )
     problems += _provenance(messages, evidence.entries, labels, evidence.tools)
     problems += _effect_problems(evidence, ref, {e.id: labels.get(e.hid, e.id) for e in evidence.entries})
-    conditions = dict(evidence.unfinished) if point in TOOL_WINDOW_POINTS else {}
-    for e in evidence.entries:
-        if e.cond and e.hid not in conditions:
-            conditions[e.hid] = e.cond
+    crashes = [(point, evidence.window, evidence.unfinished), *evidence.later]
+    marked = {e.hid: e.cond for e in reversed(evidence.entries) if e.cond}  # timeout, missing id: by their nature
     gaps: set[str] = set()
     for eid, n in sorted(evidence.executions().items()):
         if n < 2:
             continue
-        rule = None
-        if evidence.window in ("*", eid):  # the call the crash (or fault) hit: the point's own gap, if any
-            rule = find_gap(rules, point, None, mode, backend)
-        condition = conditions.get(eid)
-        if rule is None and condition is not None:  # a call left unfinished, or unprotected by its nature
-            rule = find_gap(rules, point, condition, mode, backend)
-        if rule is None:
-            why = (
-                f" (it was {evidence.unfinished[eid]} at a crash outside the tool path)"
-                if eid in evidence.unfinished
-                else ""
-            )
-            problems.append(f"{labels.get(eid, eid)} executed {n} times{why}")
+        allowed, names = _allowance(eid, crashes, marked.get(eid), rules, mode, backend)
+        if n <= allowed:
+            gaps |= names
+            continue
+        if names:
+            why = f" (its crashes allow {int(allowed)}: one run more per crash that left it unfinished)"
+        elif eid in evidence.unfinished:
+            why = f" (it was {evidence.unfinished[eid]} at a crash outside the tool path)"
         else:
-            gaps.add(rule.name)
+            why = ""
+        problems.append(f"{labels.get(eid, eid)} executed {n} times{why}")
     if problems:
         return Outcome.VIOLATION, None, "; ".join(problems)
     if gaps:
@@ -280,6 +276,34 @@ def judge(
     if handled and evidence.window in ({"*"} | handled):
         return Outcome.IN_DOUBT_HANDLED, None, "the call in the crash window was in doubt and settled without a re-run"
     return Outcome.PROTECTED, None, "every recorded call executed at most once, answered with its own result"
+
+
+def _allowance(
+    eid: str,
+    crashes: list[tuple[str, str | None, dict[str, str]]],
+    marked: str | None,
+    rules: list[GapRule],
+    mode: str,
+    backend: str,
+) -> tuple[float, set[str]]:
+    """How often call *eid* may execute, and the gaps that allow it: once, plus once per crash whose window held
+    it (the point's own gap) or that left it unfinished in the tool path (a sibling's gap); a call unprotected by
+    its nature (timed out, no id) re-runs on every attempt."""
+    allowed: float = 1
+    names: set[str] = set()
+    for point, window, unfinished in crashes:
+        rule = find_gap(rules, point, None, mode, backend) if window in ("*", eid) else None
+        condition = unfinished.get(eid) if point in TOOL_WINDOW_POINTS else None
+        if rule is None and condition is not None:
+            rule = find_gap(rules, point, condition, mode, backend)
+        if rule is not None:
+            allowed += 1
+            names.add(rule.name)
+    rule = find_gap(rules, crashes[0][0], marked, mode, backend) if marked else None
+    if rule is not None:
+        allowed = float("inf")
+        names = names or {rule.name}
+    return allowed, names
 
 
 def _gap_detail(evidence: HitEvidence, gaps: set[str], labels: Mapping[str, str]) -> str:
