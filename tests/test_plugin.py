@@ -104,7 +104,8 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
         "executions",
         "duration_s",
         "repro",
-    } | {"detail", "effects_applied", "gap_reasons", "timeline", "order"}
+    } | {"detail", "effects_applied", "gap_reasons", "timeline", "order", "then"}
+    assert cell["then"] is None  # one crash (depth 1)
     assert "--crash-seed=7" in cell["repro"] and "--crash-hits=1" in cell["repro"]
 
 
