@@ -78,7 +78,7 @@ def test_each_crash_allows_one_more_run_of_the_call_it_left_unfinished_and_no_mo
     ref = Reference([], "done", Counter({"refund": 1}), Counter())
     log = [entry("start"), entry("start"), entry("end")]  # in flight at crash 1, ran again
     first = {"m:0": "in_flight"}
-    evidence = HitEvidence(True, "m:0", log + [entry("start"), entry("end")], first, [], "done")
+    evidence = HitEvidence(True, "m:0", [*log, entry("start"), entry("end")], first, [], "done")
     outcome, gap, detail = judge(evidence, ref, KNOWN_GAPS, "tool.in_flight", "inprocess", "sqlite")
     assert outcome == "violation" and "executed 3 times (its crashes allow 2" in detail  # one crash: twice at most
     evidence.later = [("tool.after_return", "m:0", unfinished_since(log, 1))]  # crash 2 after it returned again

@@ -51,7 +51,6 @@ class Settings:
     unavailable: dict[str, str] = field(default_factory=dict)
     rules: tuple[GapRule, ...] = ()
 
-
     def depth_for(self, marked: dict[str, Any]) -> Depth:
         """A test's depth and budget: the command line's (or ini's), else its marker's ``depth=`` and ``budget=``."""
         depth = self.depth if self.depth is not None else marked.get("depth")
