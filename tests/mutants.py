@@ -192,6 +192,31 @@ def replay_consumes_records() -> None:
     tool_node.invoke_tool_calls = invoke  # type: ignore[assignment]
 
 
+def dead_connections_reused() -> None:
+    """The PostgreSQL checkpointer as it was before the drop fault found it: after the server dropped its
+    connections, the pool keeps handing out the dead idle ones (no check after a lost connection) and taking the
+    run lock is not retried, so runs and resumes fail until every dead connection has been tried."""
+    from psycopg_pool import AsyncConnectionPool
+
+    from tenxgraph.storage.checkpointer import pg_connect
+
+    pg_connect.is_connection_lost = lambda exc: False
+
+    async def take(self: Any, pool: AsyncConnectionPool, stack: Any, thread_id: str, key: int) -> Any:
+        conn = await stack.enter_async_context(pool.connection(timeout=self.connect_timeout))
+        async with conn.pipeline():
+            locked = await conn.execute(self._q["try_lock"], (key,))
+            state = await conn.execute(self._q["get_thread"], (thread_id,))
+        row = await locked.fetchone()
+        if not row or not row[0]:
+            from tenxgraph.errors import ThreadBusyError
+
+            raise ThreadBusyError(thread_id)
+        return conn, await state.fetchone()
+
+    PgCheckpointer._take_lock = take  # type: ignore[method-assign]
+
+
 MUTANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (
@@ -208,12 +233,15 @@ MUTANTS: dict[str, Callable[[], None]] = {
         first_parallel_call_only_recorded,
         ledger_read_prefix_only,
         replay_consumes_records,
+        dead_connections_reused,
     )
 }
 #: Mutants that need a dimension beyond one crash in one seeded order to be seen for sure.
 NEEDS_ORDERS = frozenset({"ledger_read_prefix_only"})
 #: Mutants only a crash during recovery shows (``--crash-depth=2``).
 NEEDS_DEPTH = frozenset({"replay_consumes_records"})
+#: Mutants only the drop fault shows (``--crash-faults=drop``, on PostgreSQL).
+NEEDS_DROP = frozenset({"dead_connections_reused"})
 #: Mutants that only a backend with a Redis cache can show.
 NEEDS_REDIS = frozenset({"stale_redis_trusted"})
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_replaysafe import services
-from tests.mutants import MUTANTS, NEEDS_DEPTH, NEEDS_ORDERS, NEEDS_REDIS
+from tests.mutants import MUTANTS, NEEDS_DEPTH, NEEDS_DROP, NEEDS_ORDERS, NEEDS_REDIS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,6 +65,7 @@ def run_matrix(workdir: Path, mutant: str | None) -> dict[str, object]:
     (folder / "test_agent.py").write_text(AGENT_TEST)
     (folder / "conftest.py").write_text(CONFTEST)
     backends = "sqlite,postgres+redis" if mutant in NEEDS_REDIS else "sqlite"
+    backends = "postgres" if mutant in NEEDS_DROP else backends
     env = {**os.environ, "PYTHONPATH": str(ROOT), "REPLAYSAFE_MUTANT": mutant or ""}
     proc = subprocess.run(
         [
@@ -80,6 +81,7 @@ def run_matrix(workdir: Path, mutant: str | None) -> dict[str, object]:
             f"--crash-backends={backends}",
             *(["--crash-orders=all"] if mutant in NEEDS_ORDERS else []),
             *(["--crash-depth=2"] if mutant in NEEDS_DEPTH else []),
+            *(["--crash-faults=drop", "--crash-modes=drop"] if mutant in NEEDS_DROP else []),
             "--crash-seed=1",
             "--crash-report=report.json",
             "test_agent.py",

@@ -125,6 +125,7 @@ def crash_run(
         hits=settings.hits,
         orders=settings.orders,
         depth=settings.depth_for(marked),
+        faults=settings.faults,
         replay=settings.replay.executions(request.node.nodeid) if settings.replay else None,
         effects=request.getfixturevalue("effects") if "effects" in request.fixturenames else None,
     )

@@ -26,6 +26,7 @@ from pytest_replaysafe import timeline
 from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.evidence import Entry, ExecutionLog, unfinished, unfinished_since
 from pytest_replaysafe.exposure import windows
+from pytest_replaysafe.faults import DEFAULT_FAULTS, Drop
 from pytest_replaysafe.gaps import GapRule, gap_reasons, point_gap
 from pytest_replaysafe.matrix import Backend, Cell
 from pytest_replaysafe.modes import MODES, Hit, Inputs, Mode
@@ -79,6 +80,7 @@ class CrashRun:
         orders: Orders | None = None,
         replay: list[Plan] | None = None,
         depth: Depth | None = None,
+        faults: frozenset[str] = DEFAULT_FAULTS,
     ) -> None:
         self.nodeid = nodeid
         self.cell = cell
@@ -105,6 +107,7 @@ class CrashRun:
         self.orders = orders or Orders()
         self.order = self.orders.variants(0)[0]  # this execution's completion order (see :mod:`.orders`)
         self.depth = depth or Depth()
+        self.faults = faults
         self.then: Then | None = None  # this execution's second crash, during the resume (depth 2)
         #: Per (hit, order): how often the depth-1 resume reached each point (the candidates for a second crash).
         self._resume_counts: dict[tuple[int, int], dict[str, int]] = {}
@@ -222,6 +225,8 @@ class CrashRun:
             many = f" ({len(gaps)} cells over {orders} completion orders)" if orders > 1 else ""
             self.gap_message = f"known gap {', '.join(names)} at hit(s) {hits}{many}"
         expected = point_gap(self.rules, self.cell.point, self.cell.mode, self.cell.backend)
+        if self.cell.mode == "drop":  # a dropped connection is no crash: no crash gap is expected
+            expected = None
         handled = any(r.outcome == Outcome.IN_DOUBT_HANDLED for r in self.results)
         if expected is not None and not handled and not any(g.gap and expected.name in g.gap.split(",") for g in gaps):
             self.missing_gap = (
@@ -332,7 +337,8 @@ class CrashRun:
 
     def _matrix(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
         assert self.cell is not None
-        cell, mode = self.cell, MODES[self.cell.mode]
+        cell = self.cell
+        mode = Drop() if cell.mode == "drop" else MODES[cell.mode]
         stream = stream or mode.name == "stream"
         first = self._drive_index >= len(self.drives)
         drive = self._learn(app, input, config, stream) if first else self.drives[self._drive_index]
@@ -349,14 +355,20 @@ class CrashRun:
         ctx = Hit(app, input, config, stream, cell.point, hit, thread)
         crash = mode.crash(self, ctx)
         before = self._entries(thread) if crash.crashed else []
-        fault: str | None = None  # what the backend did to its cache before the resume
-        evidence = HitEvidence(crash.crashed, crash.window, [], unfinished(before), error=crash.error)
+        fault = crash.note  # what a fault did, and what the backend did to its cache before the resume
+        # a dropped connection is no crash: nothing was left unfinished, no crash gap applies
+        window, left = (None, {}) if cell.mode == "drop" else (crash.window, unfinished(before))
+        evidence = HitEvidence(crash.crashed, window, [], left, error=crash.error)
         evidence.tools = frozenset(self.tools) if self.tools is not None else None
-        result: RunResult[Any] | None = None
+        result: RunResult[Any] | None = crash.result
         second: tuple[int, str] | None = None  # where in the log the second crash fell, and what it was
-        if crash.crashed and not crash.error:
-            if self.backend is not None and self.backend.stale_cache is not None:
-                fault = self.backend.stale_cache(self.checkpointer.inner, thread, self.workdir)
+        if result is not None:  # the run survived its fault: nothing to resume
+            evidence.final_messages, evidence.final_text = result.messages, result.final_text
+        elif crash.crashed and not crash.error:
+            stale = self.backend.stale_cache if self.backend is not None and "cache" in self.faults else None
+            if stale is not None:
+                spoiled = stale(self.checkpointer.inner, thread, self.workdir)
+                fault = "; ".join(filter(None, [fault, spoiled])) or None
             if self.then is not None:  # depth 2: the first resume crashes too
                 again = Hit(app, ctx.resume_input, ctx.resume_config, stream, self.then.point, self.then.hit, thread)
                 crash2 = mode.crash(self, again)

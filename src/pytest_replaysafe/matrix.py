@@ -30,6 +30,8 @@ PROCESS_MODES = frozenset({"sigkill", "concurrent"})
 #: The budgeted contest a default run adds per durable backend: one ``concurrent`` cell at the node that follows
 #: the first model turn (a run lock or compare-and-swap that does not hold shows there on any graph).
 BUDGET_POINT = "run.before_node"
+#: Modes of fault cells (``--crash-faults``; see :mod:`pytest_replaysafe.faults`), named by their fault.
+FAULT_CELL_MODES = ("drop",)
 #: Points that only exist when a fixture that fires them is in use.
 FIXTURE_POINTS = {"tool.in_flight": "effects"}
 
@@ -48,6 +50,8 @@ class Backend:
     stale_cache: Callable[[BaseCheckpointer, str, Path], str | None] | None = None
     #: For matrix cells only, when they can share more than a test may (default: ``factory``).
     cell_factory: Callable[[pytest.FixtureRequest], BaseCheckpointer] | None = None
+    #: Faults with cells of their own this backend can suffer (see :mod:`pytest_replaysafe.faults`).
+    faults: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +156,14 @@ BUILTIN_BACKENDS = (
         lambda request: request.getfixturevalue("pg_checkpointer"),
         unavailable=_postgres_unavailable,
         cell_factory=_shared_pg(with_redis=False),
+        faults=frozenset({"drop"}),
     ),
     Backend(
         "postgres+redis",
         lambda request: request.getfixturevalue("pg_redis_checkpointer"),
         unavailable=_redis_unavailable,
         stale_cache=_stale_redis,
+        faults=frozenset({"drop"}),
         cell_factory=_shared_pg(with_redis=True),
     ),
 )
@@ -229,6 +235,7 @@ class Selection(Protocol):
     modes: list[str] | None
     registry: dict[str, Backend]
     unavailable: dict[str, str]
+    faults: frozenset[str]
 
 
 def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
@@ -251,11 +258,12 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     chosen = [settings.registry[b] for b in backends if b not in settings.unavailable]
     marked_modes = split_names(opts.get("modes"))
     if marked_modes:
-        check_names("mode", marked_modes, MODES, where)
+        check_names("mode", marked_modes, (*MODES, *FAULT_CELL_MODES), where)
     modes = marked_modes or settings.modes or list(DEFAULT_MODES)
     if marked_modes and settings.modes:
         modes = [m for m in modes if m in settings.modes]
-    cells = [Cell(p, b.name, m) for p in points for b in chosen for m in modes]
+    cells = [Cell(p, b.name, m) for p in points for b in chosen for m in modes if m not in FAULT_CELL_MODES]
+    cells += _fault_cells(points, chosen, settings.faults, marked_modes or settings.modes)
     if not marked_modes and not settings.modes:
         cells += [Cell(BUDGET_POINT, b.name, "concurrent", budget=True) for b in chosen if b.durable]
     if not cells:
@@ -267,6 +275,25 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     metafunc.parametrize("_replaysafe_cell", cells, ids=[c.id for c in cells], indirect=True)
 
 
+def _fault_cells(
+    points: list[str], backends: list[Backend], faults: frozenset[str], modes: list[str] | None
+) -> list[Cell]:
+    """A fault with cells of its own (``--crash-faults=drop``) runs at every crash-kind point, on the backends
+    that can suffer it, unless the modes were narrowed without naming it."""
+    from pytest_replaysafe.faults import FAULT_MODES
+    from tenxgraph.core.crashpoints import get_crash_point
+
+    out = []
+    for fault in sorted(faults & set(FAULT_MODES)):
+        if modes and FAULT_MODES[fault] not in modes:
+            continue
+        crash_points = [p for p in points if get_crash_point(p).kind == "crash"]
+        out += [Cell(p, b.name, FAULT_MODES[fault]) for p in crash_points for b in backends if fault in b.faults]
+    return out
+
+
 def repro_line(nodeid: str, cell: Cell, seed: int) -> str:
+    if cell.mode in FAULT_CELL_MODES:
+        return f"pytest '{nodeid}' --crash-matrix --crash-seed={seed} --crash-faults={cell.mode}"
     modes = f" --crash-modes={cell.mode}" if cell.mode not in DEFAULT_MODES and not cell.budget else ""
     return f"pytest '{nodeid}' --crash-matrix --crash-seed={seed}{modes}"

@@ -83,6 +83,8 @@ class Crash:
     crashed: bool
     window: str | None = None  # execution id of the call the crash hit, "*" for the whole node
     error: str | None = None
+    note: str | None = None  # what a fault did (for the timeline)
+    result: Any = None  # a fault the run survived: its finished run (no resume)
 
 
 class Mode(Protocol):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_replaysafe import matrix, services
+from pytest_replaysafe import faults, matrix, services
 from pytest_replaysafe.exposure import parse_rate
 from pytest_replaysafe.orders import Orders
 from pytest_replaysafe.replay import Replay
@@ -42,6 +42,8 @@ class Settings:
     orders: Orders = field(default_factory=Orders)
     #: ``--crash-replay``: the failing cells of an earlier report, to run again exactly.
     replay: Replay | None = None
+    #: ``--crash-faults``: storage faults to inject (see :mod:`pytest_replaysafe.faults`).
+    faults: frozenset[str] = frozenset({"cache"})
     #: Crashes during recovery (``--crash-depth``, ``--crash-budget``, ``--crash-then``); None where not given.
     depth: int | None = None
     budget: str | None = None
@@ -133,6 +135,13 @@ def add_options(parser: pytest.Parser) -> None:
         help=f"depth-2 schedules per test item (default {DEFAULT_BUDGET}; the replay path is always run, the rest "
         "drawn by seed), or 'all'",
     )
+    group.addoption(
+        "--crash-faults",
+        default=None,
+        metavar="F,G|all|none",
+        help="storage faults: cache (a stale, future or flushed Redis cache before each resume; the default), "
+        "drop (PostgreSQL connections terminated at each point: cells of their own), all, none",
+    )
     group.addoption("--crash-then", default=None, metavar="POINT@J", help="only this second crash (for a repro)")
     group.addoption(
         "--crash-list",
@@ -151,6 +160,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("crash_orders", "default --crash-orders (a number, or all)", default="")
     parser.addini("crash_depth", "default --crash-depth (1 or 2)", default="")
     parser.addini("crash_budget", "default --crash-budget (schedules per test item, or all)", default="")
+    parser.addini("crash_faults", "default --crash-faults (cache, drop, all, none)", default="")
     parser.addini("crash_rate", "default --crash-rate (crashes per process, such as 1/day)", default="")
 
 
@@ -219,6 +229,7 @@ def read_settings(config: pytest.Config) -> Settings:
     depth = _option(config, "crash_depth")
     settings.budget, settings.then = _option(config, "crash_budget"), config.getoption("--crash-then")
     settings.depth = Depth.parse(depth, settings.budget, settings.then).depth if depth or settings.then else None
+    settings.faults = faults.parse(_option(config, "crash_faults"))
     settings.rate = str(_option(config, "crash_rate") or "1/day")
     try:
         settings.rate_per_s = parse_rate(settings.rate)
@@ -250,7 +261,7 @@ def load_registry(config: pytest.Config, settings: Settings) -> None:
     if settings.backends:
         matrix.check_names("backend", settings.backends, registry, "--crash-backends")
     if settings.modes:
-        matrix.check_names("mode", settings.modes, matrix.MODES, "--crash-modes")
+        matrix.check_names("mode", settings.modes, (*matrix.MODES, *matrix.FAULT_CELL_MODES), "--crash-modes")
     for name, backend in registry.items():
         reason = backend.unavailable()
         if reason is None:

@@ -14,7 +14,7 @@ from pytest_replaysafe import report
 from pytest_replaysafe.exposure import EXPOSURE_PROPERTY, summarize
 from pytest_replaysafe.exposure import lines as exposure_lines
 from pytest_replaysafe.fixtures import CELL_PROPERTY
-from pytest_replaysafe.matrix import MODES, Cell
+from pytest_replaysafe.matrix import FAULT_CELL_MODES, MODES, Cell
 from pytest_replaysafe.options import Settings
 from pytest_replaysafe.progress import Progress
 from pytest_replaysafe.schedules import SCHEDULES_PROPERTY, summary_line, totals
@@ -45,7 +45,8 @@ class MatrixReporter:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         if not self.progress.items:  # every worker collects the same items
-            self.progress.expect([i for i in ids if any(f"-{mode}]" in i for mode in MODES)])
+            modes = (*MODES, *FAULT_CELL_MODES)
+            self.progress.expect([i for i in ids if any(f"-{mode}]" in i for mode in modes)])
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":

@@ -23,6 +23,7 @@ _HOW = {
     "sigkill": "kill -9 of the run's process",
     "stream": "crash while streaming",
     "concurrent": "the lock holder stops; a second run contests the thread",
+    "drop": "every PostgreSQL connection of the run's process dropped",
 }
 
 

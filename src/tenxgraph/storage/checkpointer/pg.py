@@ -31,7 +31,7 @@ import logging
 import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -203,23 +203,33 @@ class PgCheckpointer(BaseCheckpointer):
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 if not pg_connect.is_transient(exc):
                     raise
-                if attempt == self.retries:
-                    raise StorageConnectionError(
-                        f"PostgreSQL {what} failed {self.retries + 1} times (connect_timeout="
-                        f"{self.connect_timeout:g}s, retries={self.retries}): {type(exc).__name__}: {exc}"
-                    ) from exc
-                log.warning(
-                    "PostgreSQL %s failed (%s: %s); retrying in %.2fs (attempt %d of %d)",
-                    what,
-                    type(exc).__name__,
-                    exc,
-                    delay,
-                    attempt + 1,
-                    self.retries,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * pg_connect.BACKOFF_FACTOR, pg_connect.BACKOFF_MAX)
+                delay = await self._before_retry(pool, what, exc, attempt, delay)
         raise AssertionError("unreachable")
+
+    async def _before_retry(
+        self, pool: AsyncConnectionPool, what: str, exc: Exception, attempt: int, delay: float
+    ) -> float:
+        """After a transient failure: give up after the last attempt; else, when the connection was lost (the
+        server dropped it: a restart, a failover, an idle-session killer), have the pool test its idle connections
+        and replace the dead ones (they went with it, and the next attempt would take one), wait, and go on."""
+        if attempt == self.retries:
+            raise StorageConnectionError(
+                f"PostgreSQL {what} failed {self.retries + 1} times (connect_timeout="
+                f"{self.connect_timeout:g}s, retries={self.retries}): {type(exc).__name__}: {exc}"
+            ) from exc
+        log.warning(
+            "PostgreSQL %s failed (%s: %s); retrying in %.2fs (attempt %d of %d)",
+            what,
+            type(exc).__name__,
+            exc,
+            delay,
+            attempt + 1,
+            self.retries,
+        )
+        if pg_connect.is_connection_lost(exc):
+            await pool.check()
+        await asyncio.sleep(delay)
+        return min(delay * pg_connect.BACKOFF_FACTOR, pg_connect.BACKOFF_MAX)
 
     async def _on_thread(
         self, thread_id: str, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
@@ -491,14 +501,8 @@ class PgCheckpointer(BaseCheckpointer):
         check_thread_id(thread_id)
         pool = await self._ensure_open()
         key = self.run_lock_key(thread_id)
-        async with pool.connection(timeout=self.connect_timeout) as conn:
-            async with conn.pipeline():  # one round trip: the lock, then (a statement later) the thread's state
-                locked = await conn.execute(self._q["try_lock"], (key,))
-                state = await conn.execute(self._q["get_thread"], (thread_id,))
-            row = await locked.fetchone()
-            if not row or not row[0]:
-                raise ThreadBusyError(thread_id)
-            found = await state.fetchone()
+        async with AsyncExitStack() as stack:
+            conn, found = await self._take_lock(pool, stack, thread_id, key)
             self._read_with_lock[thread_id] = (
                 None if found is None else ThreadSnapshot(thread_id, found[1], int(found[0]))
             )
@@ -514,6 +518,36 @@ class PgCheckpointer(BaseCheckpointer):
                     log.warning(
                         "releasing the run lock of thread %r failed (%s); the lock went with it", thread_id, exc
                     )
+
+    async def _take_lock(
+        self, pool: AsyncConnectionPool, stack: AsyncExitStack, thread_id: str, key: int
+    ) -> tuple[psycopg.AsyncConnection[Any], Any]:
+        """The run lock on a pooled connection (kept open by *stack*) and the thread's row, in one round trip.
+        Retried on a lost connection: a lock taken on a connection that then died went with it."""
+        delay = pg_connect.BACKOFF_START
+        for attempt in range(self.retries + 1):
+            attempt_stack = AsyncExitStack()
+            try:
+                conn = await attempt_stack.enter_async_context(pool.connection(timeout=self.connect_timeout))
+                async with conn.pipeline():  # one round trip: the lock, then (a statement later) the thread's state
+                    locked = await conn.execute(self._q["try_lock"], (key,))
+                    state = await conn.execute(self._q["get_thread"], (thread_id,))
+                row = await locked.fetchone()
+                found = await state.fetchone()
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                await attempt_stack.__aexit__(type(exc), exc, exc.__traceback__)
+                if not pg_connect.is_transient(exc):
+                    raise
+                delay = await self._before_retry(pool, "run lock", exc, attempt, delay)
+                continue
+            except BaseException as exc:
+                await attempt_stack.__aexit__(type(exc), exc, exc.__traceback__)
+                raise
+            stack.push_async_exit(attempt_stack)
+            if not row or not row[0]:
+                raise ThreadBusyError(thread_id)
+            return conn, found
+        raise AssertionError("unreachable")
 
     async def acheck_run_lock(self, thread_id: str) -> None:
         """No round trip: a run's state reads and writes and its ledger reads go through the lock's own connection

@@ -46,6 +46,14 @@ def is_transient(exc: BaseException) -> bool:
     return "FATAL:" not in text or any(phrase in text for phrase in _FATAL_BUT_TRANSIENT)
 
 
+def is_connection_lost(exc: BaseException) -> bool:
+    """Whether the failure took the connection with it (not a serialization failure or a deadlock)."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
 def check_dsn(dsn: str) -> None:
     try:
         conninfo_to_dict(dsn)

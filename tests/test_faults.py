@@ -1,0 +1,96 @@
+"""Storage faults as a dimension (``--crash-faults``): PostgreSQL connections really terminated at each point
+(``drop``), and the cache faults turned off and on; each with a broken runtime only that fault shows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pytest_replaysafe import faults, services
+
+ROOT = Path(__file__).resolve().parents[1]
+REFUND = ROOT / "examples/support_refund/test_support_refund.py"
+
+
+def matrix(folder: Path, mutant: str | None, backend: str, *args: str) -> dict[str, Any]:
+    folder.mkdir()
+    (folder / "conftest.py").write_text(f"from tests.mutants import apply\n\napply({mutant!r})\n")
+    (folder / "test_r.py").write_text(REFUND.read_text())
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", "--crash-matrix"]
+    command += [f"--crash-backends={backend}", "--crash-seed=3", "--crash-report=r.json", *args, "test_r.py"]
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    assert (folder / "r.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    data: dict[str, Any] = json.loads((folder / "r.json").read_text())
+    data["stdout"] = done.stdout
+    return data
+
+
+def failing(data: dict[str, Any]) -> int:
+    return sum(n for o, n in data["summary"].items() if o in ("violation", "error", "failed", "vacuous"))
+
+
+def test_fault_names_parse_and_bad_ones_are_usage_errors() -> None:
+    assert faults.parse(None) == {"cache"} and faults.parse("") == {"cache"}
+    assert faults.parse("all") == {"cache", "drop"} and faults.parse("none") == frozenset()
+    assert faults.parse("drop, CACHE") == {"cache", "drop"}
+    with pytest.raises(pytest.UsageError, match=r"unknown fault.*'partition'.*cache, drop"):
+        faults.parse("drop,partition")
+
+
+def test_only_this_process_connections_are_found(pg_dsn: str) -> None:
+    """The drop fault must never terminate what it does not own (another xdist worker, a user's session)."""
+    port = faults._port_of(pg_dsn)
+    before = set(faults.client_ports(port))
+    with psycopg.connect(pg_dsn) as conn:
+        pid = conn.info.backend_pid
+        mine = set(faults.client_ports(port)) - before
+        assert len(mine) == 1
+        with psycopg.connect(pg_dsn, autocommit=True) as other:
+            row = other.execute("SELECT client_port FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+        assert row is not None and row[0] in mine
+    assert set(faults.client_ports(port)) == before
+    assert faults._port_of("host=127.0.0.1 port=6543 dbname=x") == 6543
+
+
+@pytest.mark.xdist_group("pg-drop")
+def test_dropped_connections_never_make_a_call_run_twice(tmp_path: Path, pg_dsn: str) -> None:
+    os.environ.setdefault(services.ENV_PG, pg_dsn)
+    data = matrix(tmp_path / "drop", None, "postgres", "--crash-faults=drop", "--crash-modes=drop")
+    cells = data["cells"]
+    assert cells and {c["mode"] for c in cells} == {"drop"} and failing(data) == 0
+    assert {c["outcome"] for c in cells} == {"protected"}  # no crash gap applies to a drop
+    notes = [e["text"] for c in cells for e in c["timeline"] if e["kind"] == "fault"]
+    assert len(notes) == len(cells) and all("terminated (pg_terminate_backend)" in n for n in notes)
+    assert any("the run failed: RunLockLostError" in n for n in notes)  # its lock went with its connection
+    assert "drop PostgreSQL connections terminated" in data["stdout"]  # the grid's legend names the column
+    assert all(c["repro"].endswith(f"--crash-faults=drop --crash-hits={c['hit']}") for c in cells)
+
+
+@pytest.mark.xdist_group("pg-drop")
+def test_a_pool_that_keeps_dead_connections_is_caught_only_by_the_drop_fault(tmp_path: Path, pg_dsn: str) -> None:
+    """tests/mutants.py dead_connections_reused is PgCheckpointer before this fault found it: after the server
+    dropped its connections, runs and resumes failed on the dead ones left in the pool."""
+    os.environ.setdefault(services.ENV_PG, pg_dsn)
+    assert failing(matrix(tmp_path / "plain", "dead_connections_reused", "postgres")) == 0
+    caught = matrix(tmp_path / "drop", "dead_connections_reused", "postgres", "--crash-faults=drop")
+    assert caught["summary"]["violation"] > 0
+    assert all(c["mode"] == "drop" for c in caught["cells"] if c["outcome"] in ("violation", "error"))
+
+
+def test_a_trusted_cache_is_caught_only_when_the_cache_faults_run(tmp_path: Path, pg_dsn: str, redis_url: str) -> None:
+    os.environ.setdefault(services.ENV_PG, pg_dsn)
+    os.environ.setdefault(services.ENV_REDIS, redis_url)
+    quiet = matrix(
+        tmp_path / "none", "stale_redis_trusted", "postgres+redis", "--crash-modes=inprocess", "--crash-faults=none"
+    )
+    assert failing(quiet) == 0 and not any(e["kind"] == "fault" for c in quiet["cells"] for e in c["timeline"])
+    loud = matrix(tmp_path / "cache", "stale_redis_trusted", "postgres+redis", "--crash-modes=inprocess")
+    assert loud["summary"]["violation"] > 0
