@@ -17,7 +17,7 @@ import pytest
 
 from pytest_replaysafe.evidence import Entry, unfinished_since
 from pytest_replaysafe.gaps import KNOWN_GAPS
-from pytest_replaysafe.schedules import DEFAULT_BUDGET, REPLAY_PATH, Depth, Then, candidates, choose
+from pytest_replaysafe.schedules import DEFAULT_BUDGET, REPLAY_PATH, Depth, Then, candidates, choose, smaller
 from pytest_replaysafe.verdict import HitEvidence, Reference, judge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +68,16 @@ def test_schedules_are_learned_from_the_resume_and_chosen_under_the_budget() -> 
     for bad in (("3", None, None), ("0", None, None), (None, "-1", None), (None, None, "tool.after_record")):
         with pytest.raises(pytest.UsageError, match="--crash-"):
             Depth.parse(*bad)
+
+
+def test_a_failing_schedule_has_smaller_ones_to_try_where_the_resume_reached_them() -> None:
+    counts = {(1, 1): {"tool.before_invoke": 3}, (2, 1): {"tool.before_invoke": 1}, (3, 1): {"tool.before_invoke": 3}}
+    failing = (3, 1, Then("tool.before_invoke", 3))
+    steps = [(h, o, str(t)) for h, o, t in smaller(failing, counts)]
+    # an earlier first hit (hit 2's resume never reached a third arrival; order 0 of hit 3 was never learned),
+    # then earlier arrivals of the second point, smallest first
+    assert steps == [(1, 1, "tool.before_invoke@3"), (3, 1, "tool.before_invoke@1"), (3, 1, "tool.before_invoke@2")]
+    assert smaller((1, 0, Then("tool.before_invoke", 1)), counts) == []  # already the smallest
 
 
 def entry(event: str, call: str = "m:0", tool: str = "refund") -> Entry:
@@ -127,3 +137,44 @@ def test_a_runtime_that_only_a_crash_during_recovery_breaks_is_caught_at_depth_t
     replayed = matrix(tmp_path / "two", "replay_consumes_records", "--crash-replay=r.json")
     key = [(c["test"], c["hit"], c["order"], c["then"]) for c in found]
     assert sorted(key) == sorted((c["test"], c["hit"], c["order"], c["then"]) for c in violations(replayed))
+
+
+def test_after_a_failing_schedule_smaller_ones_run_until_the_smallest_failing_one_is_found(tmp_path: Path) -> None:
+    from pytest_replaysafe.harness import CrashRun
+    from pytest_replaysafe.matrix import Cell
+    from pytest_replaysafe.outcome import CellResult, Outcome
+    from pytest_replaysafe.schedules import Choice
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    run = CrashRun(
+        nodeid="t.py::test_x[tool.after_return-memory-inprocess]",
+        cell=Cell("tool.after_return", "memory", "inprocess"),
+        backend=None,
+        checkpointer=InMemoryCheckpointer(),
+        workdir=tmp_path,
+        seed=1,
+        rules=KNOWN_GAPS,
+        repro="",
+    )
+    run.choice = Choice([], 10, 1, 0)
+    run._resume_counts = {(1, 0): {"tool.before_invoke": 3}, (2, 0): {"tool.before_invoke": 3}}
+
+    def verdict(plan: tuple[int, int, Then | None], outcome: Outcome) -> None:
+        hit, _, then = plan
+        run.results.append(CellResult("t", "tool.after_return", hit, "memory", "inprocess", outcome, then=str(then)))
+
+    verdict((2, 0, Then("tool.before_invoke", 3)), Outcome.VIOLATION)  # the sampled schedule that failed
+    # which smaller schedules fail: an earlier first hit does not; earlier second arrivals do, down to @2
+    fails = {(2, 0, "tool.before_invoke@2"), (2, 0, "tool.before_invoke@3")}
+    tried = []
+    for plan in run._shrink({(2, 0, Then("tool.before_invoke", 3))}):
+        tried.append((plan[0], plan[1], str(plan[2])))
+        verdict(plan, Outcome.VIOLATION if tried[-1] in fails else Outcome.PROTECTED)
+    assert tried == [
+        (1, 0, "tool.before_invoke@3"),  # earlier first hit: passes
+        (2, 0, "tool.before_invoke@1"),  # earlier arrival: passes
+        (2, 0, "tool.before_invoke@2"),  # fails: the new smallest
+        (1, 0, "tool.before_invoke@2"),  # its one untried smaller neighbour: passes; nothing is left
+    ]
+    assert run.choice.shrunk == 4
+    assert sorted(r.then or "" for r in run.results if r.outcome == Outcome.VIOLATION)[0] == "tool.before_invoke@2"

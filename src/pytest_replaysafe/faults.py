@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
 
 FAULTS = ("cache", "drop")
 DEFAULT_FAULTS = frozenset({"cache"})
-#: Faults that are cells of their own: the mode each one runs in.
-FAULT_MODES = {"drop": "drop"}
 
 
 def parse(raw: str | None) -> frozenset[str]:
@@ -139,7 +136,3 @@ class Drop(InProcess):
         if not done:
             return Crash(False)
         return Crash(True, window.get("id"), note=f"{done[0]}; the run went on and finished", result=result)
-
-
-def fault_modes(faults: Iterable[str]) -> list[str]:
-    return [FAULT_MODES[f] for f in sorted(faults) if f in FAULT_MODES]

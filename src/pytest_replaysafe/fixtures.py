@@ -135,7 +135,7 @@ def crash_run(
         request.node.user_properties.append((CELL_PROPERTY, json.dumps(result.to_json())))
     if run.choice is not None:
         budget = -1 if run.depth.budget is None else run.depth.budget
-        choice = {k: getattr(run.choice, k) for k in ("candidates", "enumerated", "sampled")}
+        choice = {k: getattr(run.choice, k) for k in ("candidates", "enumerated", "sampled", "shrunk")}
         request.node.user_properties.append((SCHEDULES_PROPERTY, json.dumps({**choice, "budget": budget})))
     if cell is not None and run.exposure:
         sample = {"backend": cell.backend, "windows": run.exposure}

@@ -33,7 +33,18 @@ from pytest_replaysafe.modes import MODES, Hit, Inputs, Mode
 from pytest_replaysafe.orders import Orders
 from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
 from pytest_replaysafe.procs import HarnessError
-from pytest_replaysafe.schedules import DEPTH_MODES, Choice, Depth, Plan, Then, candidates, choose
+from pytest_replaysafe.schedules import (
+    DEPTH_MODES,
+    SHRINK_LIMIT,
+    Choice,
+    Depth,
+    Plan,
+    Then,
+    candidates,
+    choose,
+    size,
+    smaller,
+)
 from pytest_replaysafe.spy import RecordingCheckpointer
 from pytest_replaysafe.verdict import HitEvidence, Reference, call_labels, judge, reference, result_problems
 from tenxgraph.core import crashpoints
@@ -189,6 +200,22 @@ class CrashRun:
         rng = random.Random(f"{self.seed}:{self.nodeid}:depth2")
         self.choice = choose(candidates(first, self._resume_counts), self.depth, rng)
         yield from self.choice.plans
+        if self.depth.then is None:
+            yield from self._shrink(set(self.choice.plans))
+
+    def _shrink(self, ran: set[Plan]) -> Iterator[Plan]:
+        """After a depth-2 schedule failed: run smaller ones not run yet (see :func:`.schedules.smaller`), each
+        chosen once the last one's verdict is in, until none is left; the smallest failing one is listed first."""
+        while self.choice is not None and self.choice.shrunk < SHRINK_LIMIT:
+            failing = [(r.hit, r.order, Then.parse(r.then)) for r in self.results if r.then and r.outcome in FAILING]
+            if not failing:
+                return
+            fresh = [p for p in smaller(min(failing, key=size), self._resume_counts) if p not in ran]
+            if not fresh:
+                return
+            ran.add(fresh[0])
+            self.choice.shrunk += 1
+            yield fresh[0]
 
     def begin_execution(self, hit: int, order: int = 0, then: Then | None = None) -> None:
         self.hit, self.order, self.then = hit, order, then

@@ -30,7 +30,8 @@ PROCESS_MODES = frozenset({"sigkill", "concurrent"})
 #: The budgeted contest a default run adds per durable backend: one ``concurrent`` cell at the node that follows
 #: the first model turn (a run lock or compare-and-swap that does not hold shows there on any graph).
 BUDGET_POINT = "run.before_node"
-#: Modes of fault cells (``--crash-faults``; see :mod:`pytest_replaysafe.faults`), named by their fault.
+#: Faults with cells of their own (``--crash-faults``; see :mod:`pytest_replaysafe.faults`): each is the mode of
+#: its cells too.
 FAULT_CELL_MODES = ("drop",)
 #: Points that only exist when a fixture that fires them is in use.
 FIXTURE_POINTS = {"tool.in_flight": "effects"}
@@ -280,15 +281,14 @@ def _fault_cells(
 ) -> list[Cell]:
     """A fault with cells of its own (``--crash-faults=drop``) runs at every crash-kind point, on the backends
     that can suffer it, unless the modes were narrowed without naming it."""
-    from pytest_replaysafe.faults import FAULT_MODES
     from tenxgraph.core.crashpoints import get_crash_point
 
     out = []
-    for fault in sorted(faults & set(FAULT_MODES)):
-        if modes and FAULT_MODES[fault] not in modes:
+    for fault in sorted(faults & set(FAULT_CELL_MODES)):
+        if modes and fault not in modes:
             continue
         crash_points = [p for p in points if get_crash_point(p).kind == "crash"]
-        out += [Cell(p, b.name, FAULT_MODES[fault]) for p in crash_points for b in backends if fault in b.faults]
+        out += [Cell(p, b.name, fault) for p in crash_points for b in backends if fault in b.faults]
     return out
 
 

@@ -95,6 +95,7 @@ class Choice:
     candidates: int
     enumerated: int  # run because they fit the budget, or lie on the replay path
     sampled: int  # drawn by seed from the rest
+    shrunk: int = 0  # smaller schedules run after one failed (see :func:`smaller`)
 
 
 def candidates(first: list[tuple[int, int]], counts: Mapping[tuple[int, int], Mapping[str, int]]) -> list[Plan]:
@@ -107,6 +108,28 @@ def candidates(first: list[tuple[int, int]], counts: Mapping[tuple[int, int], Ma
             if get_crash_point(point).kind == "crash":
                 out += [(hit, order, Then(point, j)) for j in range(1, n + 1)]
     return out
+
+
+#: At most this many smaller schedules are tried per test item after a failing one.
+SHRINK_LIMIT = 8
+
+
+def size(plan: Plan) -> tuple[int, int, int, str]:
+    """Smaller is: an earlier first hit, then the default order, then an earlier second hit."""
+    hit, order, then = plan
+    return (hit, order, then.hit if then else 0, then.point if then else "")
+
+
+def smaller(plan: Plan, counts: Mapping[tuple[int, int], Mapping[str, int]]) -> list[Plan]:
+    """Schedules one step smaller than a failing *plan*, smallest first: the same second crash at an earlier
+    first hit or in the default order, or an earlier arrival of the second point (where that resume reached it)."""
+    hit, order, then = plan
+    assert then is not None
+    steps: list[Plan] = [(h, order, then) for h in range(1, hit)]
+    steps += [(hit, 0, then)] if order else []
+    steps += [(hit, order, Then(then.point, j)) for j in range(1, then.hit)]
+    reached = [p for p in steps if p[2] is not None and counts.get((p[0], p[1]), {}).get(p[2].point, 0) >= p[2].hit]
+    return sorted(reached, key=size)
 
 
 def choose(all_plans: list[Plan], depth: Depth, rng: random.Random) -> Choice:
@@ -129,7 +152,7 @@ SCHEDULES_PROPERTY = "replaysafe_schedules"
 def totals(samples: list[dict[str, int]]) -> dict[str, int]:
     """The depth-2 choices of every item, summed: ``items``, ``candidates``, ``enumerated``, ``sampled``."""
     keys = ("candidates", "enumerated", "sampled")
-    out = {"items": len(samples), **{k: sum(s[k] for s in samples) for k in keys}}
+    out = {"items": len(samples), **{k: sum(s.get(k, 0) for s in samples) for k in (*keys, "shrunk")}}
     out["budget"] = max((s.get("budget", -1) for s in samples), default=-1)
     return out
 
@@ -138,7 +161,8 @@ def summary_line(t: dict[str, int]) -> str:
     """One closing line: how many depth-2 schedules ran, how many were enumerated and how many drawn by seed."""
     run = t["enumerated"] + t["sampled"]
     budget = "all" if t["budget"] < 0 else str(t["budget"])
+    shrunk = f", {t['shrunk']} smaller ones tried after a failure" if t.get("shrunk") else ""
     return (
         f"depth 2: {run} schedules of {t['candidates']} possible in {t['items']} items ({t['enumerated']} "
-        f"enumerated, {t['sampled']} sampled by seed; --crash-budget={budget} per item)"
+        f"enumerated, {t['sampled']} sampled by seed{shrunk}; --crash-budget={budget} per item)"
     )
