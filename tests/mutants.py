@@ -217,6 +217,39 @@ def dead_connections_reused() -> None:
     PgCheckpointer._take_lock = take  # type: ignore[method-assign]
 
 
+def no_retries() -> None:
+    """PostgreSQL statements are never retried: a short outage fails the run, and its resume too."""
+    original = PgCheckpointer.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **{**kwargs, "retries": 0})
+
+    PgCheckpointer.__init__ = init  # type: ignore[method-assign]
+
+
+def cache_errors_raised() -> None:
+    """The cache is written inline after every state write, and a Redis failure fails the run instead of leaving
+    the cache behind (PostgreSQL is the truth; the cache only an optimisation)."""
+    import json
+
+    original = PgCheckpointer.aput_thread
+
+    async def aput_thread(self: Any, thread_id: str, values: Any, *, expected_version: int, **kw: Any) -> int:
+        version = await original(self, thread_id, values, expected_version=expected_version, **kw)
+        if self._cache is not None:
+            import redis.asyncio as aioredis
+
+            client = aioredis.from_url(self.redis_url, socket_connect_timeout=0.5, socket_timeout=0.5)
+            try:
+                state = {"version": version, "state": json.dumps(values)}
+                await client.hset(self.cache_key(thread_id), mapping=state)  # type: ignore[misc]
+            finally:
+                await client.aclose()
+        return version
+
+    PgCheckpointer.aput_thread = aput_thread  # type: ignore[method-assign]
+
+
 MUTANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (
@@ -234,6 +267,8 @@ MUTANTS: dict[str, Callable[[], None]] = {
         ledger_read_prefix_only,
         replay_consumes_records,
         dead_connections_reused,
+        no_retries,
+        cache_errors_raised,
     )
 }
 #: Mutants that need a dimension beyond one crash in one seeded order to be seen for sure.
@@ -242,6 +277,8 @@ NEEDS_ORDERS = frozenset({"ledger_read_prefix_only"})
 NEEDS_DEPTH = frozenset({"replay_consumes_records"})
 #: Mutants only the drop fault shows (``--crash-faults=drop``, on PostgreSQL).
 NEEDS_DROP = frozenset({"dead_connections_reused"})
+#: Mutants only a storage outage shows: the fault (and its mode) each needs, and the backend.
+NEEDS_OUTAGE = {"no_retries": ("outage", "postgres"), "cache_errors_raised": ("redis-down", "postgres+redis")}
 #: Mutants that only a backend with a Redis cache can show.
 NEEDS_REDIS = frozenset({"stale_redis_trusted"})
 

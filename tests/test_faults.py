@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,9 @@ def failing(data: dict[str, Any]) -> int:
 
 def test_fault_names_parse_and_bad_ones_are_usage_errors() -> None:
     assert faults.parse(None) == {"cache"} and faults.parse("") == {"cache"}
-    assert faults.parse("all") == {"cache", "drop"} and faults.parse("none") == frozenset()
+    assert faults.parse("all") == {"cache", "drop", "outage", "redis-down"} and faults.parse("none") == frozenset()
     assert faults.parse("drop, CACHE") == {"cache", "drop"}
-    with pytest.raises(pytest.UsageError, match=r"unknown fault.*'partition'.*cache, drop"):
+    with pytest.raises(pytest.UsageError, match=r"unknown fault.*'partition'.*cache, drop, outage, redis-down"):
         faults.parse("drop,partition")
 
 
@@ -94,3 +95,48 @@ def test_a_trusted_cache_is_caught_only_when_the_cache_faults_run(tmp_path: Path
     assert failing(quiet) == 0 and not any(e["kind"] == "fault" for c in quiet["cells"] for e in c["timeline"])
     loud = matrix(tmp_path / "cache", "stale_redis_trusted", "postgres+redis", "--crash-modes=inprocess")
     assert loud["summary"]["violation"] > 0
+
+
+def test_the_proxy_forwards_cuts_refuses_and_comes_back(redis_url: str) -> None:
+    from urllib.parse import urlsplit
+
+    import redis
+
+    proxies: dict[tuple[str, int], faults.Proxy] = {}
+    url = faults.proxied_redis_url(redis_url, proxies)
+    proxy = next(iter(proxies.values()))
+    assert urlsplit(url).port == proxy.port != urlsplit(redis_url).port
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        assert client.ping()
+        assert proxy.cut(0.3) == 1  # the open connection is cut...
+        with pytest.raises(redis.ConnectionError):
+            client.ping()  # ...and a new one is refused while it is down
+        time.sleep(0.35)
+        assert client.ping()  # then it is back
+        proxy.cut(None)
+        with pytest.raises(redis.ConnectionError):
+            client.ping()
+        proxy.restore()
+        assert client.ping()
+        client.close()
+    finally:
+        proxy.close()
+    assert proxy.port not in faults.PROXIES
+
+
+def test_postgres_unreachable_for_a_while_and_redis_down_never_make_a_call_run_twice(
+    tmp_path: Path, pg_dsn: str, redis_url: str
+) -> None:
+    os.environ.setdefault(services.ENV_PG, pg_dsn)
+    os.environ.setdefault(services.ENV_REDIS, redis_url)
+    args = ["--crash-faults=outage,redis-down", "--crash-modes=outage,redis-down"]
+    data = matrix(tmp_path / "outage", None, "postgres+redis", *args)
+    cells = data["cells"]
+    assert {c["mode"] for c in cells} == {"outage", "redis-down"} and failing(data) == 0
+    assert {c["outcome"] for c in cells} == {"protected"}
+    notes = {c["mode"]: [e["text"] for e in c["timeline"] if e["kind"] == "fault"] for c in cells}
+    assert all(n and "unreachable" in n[0] for n in notes.values())
+    outage = [e["text"] for c in cells if c["mode"] == "outage" for e in c["timeline"] if e["kind"] == "fault"]
+    assert any("the run failed" in n for n in outage)  # and was resumed once PostgreSQL was back
+    assert "out PostgreSQL unreachable for a while" in data["stdout"] and "rdwn Redis unreachable" in data["stdout"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_replaysafe import services
-from tests.mutants import MUTANTS, NEEDS_DEPTH, NEEDS_DROP, NEEDS_ORDERS, NEEDS_REDIS
+from tests.mutants import MUTANTS, NEEDS_DEPTH, NEEDS_DROP, NEEDS_ORDERS, NEEDS_OUTAGE, NEEDS_REDIS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,6 +66,7 @@ def run_matrix(workdir: Path, mutant: str | None) -> dict[str, object]:
     (folder / "conftest.py").write_text(CONFTEST)
     backends = "sqlite,postgres+redis" if mutant in NEEDS_REDIS else "sqlite"
     backends = "postgres" if mutant in NEEDS_DROP else backends
+    fault, backends = NEEDS_OUTAGE.get(mutant or "", (None, backends))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "REPLAYSAFE_MUTANT": mutant or ""}
     proc = subprocess.run(
         [
@@ -82,6 +83,7 @@ def run_matrix(workdir: Path, mutant: str | None) -> dict[str, object]:
             *(["--crash-orders=all"] if mutant in NEEDS_ORDERS else []),
             *(["--crash-depth=2"] if mutant in NEEDS_DEPTH else []),
             *(["--crash-faults=drop", "--crash-modes=drop"] if mutant in NEEDS_DROP else []),
+            *([f"--crash-faults={fault}", f"--crash-modes={fault}"] if fault else []),
             "--crash-seed=1",
             "--crash-report=report.json",
             "test_agent.py",

@@ -1,4 +1,5 @@
-"""Storage faults as a matrix dimension: ``--crash-faults=cache,drop`` (default ``cache``; ``all``; ``none``).
+"""Storage faults as a matrix dimension: ``--crash-faults=cache,drop,outage,redis-down`` (default ``cache``;
+``all``; ``none``).
 
 - ``cache``: on a backend with a cache (``postgres+redis``), the cache is left stale, future or flushed before
   every resume (the backend's ``stale_cache``; see ``pytest_replaysafe.matrix``). No cells of its own.
@@ -9,13 +10,22 @@
   either finishes or fails (its run lock went with its connection), and a failed run is resumed. Nothing may run
   twice: a drop is no crash, so no gap of the crash table applies (only calls unprotected by nature, timed out or
   without an id, may re-run).
+- ``outage``: like ``drop``, on PostgreSQL backends whose cell checkpointer connects through a :class:`Proxy` of
+  the harness: at the point every connection through it is cut and new ones are refused for :data:`OUTAGE_S`,
+  then PostgreSQL is reachable again.
+- ``redis-down``: on ``postgres+redis``, Redis (through a proxy) is unreachable from the point to the end of the
+  cell; the run and its resume must go on with PostgreSQL alone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import socket
+import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pytest_replaysafe.modes import Crash, Hit, InProcess, Runner, arm_crash
@@ -23,7 +33,7 @@ from pytest_replaysafe.modes import Crash, Hit, InProcess, Runner, arm_crash
 if TYPE_CHECKING:
     from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
-FAULTS = ("cache", "drop")
+FAULTS = ("cache", "drop", "outage", "redis-down")
 DEFAULT_FAULTS = frozenset({"cache"})
 
 
@@ -102,17 +112,128 @@ def drop_connections(checkpointer: BaseCheckpointer) -> str:
 
 
 def _port_of(dsn: str) -> int:
-    if "://" in dsn:
-        return urlsplit(dsn).port or 5432
-    words = dict(w.split("=", 1) for w in dsn.split() if "=" in w)
-    return int(words.get("port", 5432))
+    from psycopg.conninfo import conninfo_to_dict
+
+    return int(conninfo_to_dict(dsn).get("port") or 5432)
 
 
-class Drop(InProcess):
-    """At the point, the process's PostgreSQL connections are terminated; the run goes on, and is resumed (in
-    the same process, with a new graph object) only if it failed."""
+class Proxy:
+    """A TCP forwarder the harness owns, between a cell's checkpointer and PostgreSQL or Redis, so that a fault
+    can cut that path without touching the server (which other workers and the user's own data share)."""
 
-    name = "drop"
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.server.getsockname()[1]
+        self._down_until = 0.0
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        PROXIES[self.port] = self
+        threading.Thread(target=self._accept, name=f"replaysafe-proxy-{self.port}", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:  # closed
+                return
+            if time.monotonic() < self._down_until:
+                client.close()  # unreachable: the connection is closed at once
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._open |= {client, upstream}
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._close(src, dst)
+
+    def _close(self, *socks: socket.socket) -> None:
+        with self._lock:
+            for sock in socks:
+                self._open.discard(sock)
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+    def cut(self, seconds: float | None) -> int:
+        """Close every connection through the proxy and refuse new ones for *seconds* (None: until
+        :meth:`restore`). Returns how many connections were cut."""
+        self._down_until = math.inf if seconds is None else time.monotonic() + seconds
+        with self._lock:
+            cut = list(self._open)
+        self._close(*cut)
+        return len(cut) // 2
+
+    def restore(self) -> None:
+        self._down_until = 0.0
+
+    def close(self) -> None:
+        PROXIES.pop(self.port, None)
+        self.server.close()
+        self.cut(None)
+
+
+#: Proxies by their local port: how a fault mode finds the proxy its cell's checkpointer connects through.
+PROXIES: dict[int, Proxy] = {}
+
+
+def proxied_dsn(dsn: str, proxies: dict[tuple[str, int], Proxy]) -> str:
+    """*dsn* with its host and port replaced by a proxy's (made on first use) to the same server."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(dsn)
+    host, port = str(params.get("host") or "localhost"), int(params.get("port") or 5432)
+    if host.startswith("/"):
+        raise RuntimeError(f"the outage fault needs PostgreSQL over TCP; {dsn!r} connects over a Unix socket")
+    proxy = proxies.get((host, port)) or proxies.setdefault((host, port), Proxy(host, port))
+    return make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))
+
+
+def proxied_redis_url(url: str, proxies: dict[tuple[str, int], Proxy]) -> str:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "localhost", parts.port or 6379
+    proxy = proxies.get((host, port)) or proxies.setdefault((host, port), Proxy(host, port))
+    auth = parts.netloc.rpartition("@")[0]
+    return parts._replace(netloc=f"{auth}@" * bool(auth) + f"127.0.0.1:{proxy.port}").geturl()
+
+
+def _proxy_at(port: int | None) -> Proxy:
+    proxy = PROXIES.get(port or 0)
+    if proxy is None:
+        raise RuntimeError(f"no harness proxy listens on port {port}: this cell's checkpointer is not proxied")
+    return proxy
+
+
+def _pg_proxy(checkpointer: Any) -> Proxy:
+    return _proxy_at(_port_of(getattr(checkpointer, "postgres_dsn", None) or ""))
+
+
+def _redis_proxy(checkpointer: Any) -> Proxy:
+    return _proxy_at(urlsplit(getattr(checkpointer, "redis_url", None) or "").port)
+
+
+class FaultMode(InProcess):
+    """At the point the fault is injected; the process does not die: the run goes on, and is resumed (in the same
+    process, with a new graph object) only if it failed. :meth:`recover` ends the fault after the cell."""
+
+    def inject(self, run: Runner) -> str:
+        raise NotImplementedError
+
+    def recover(self, run: Runner) -> None:
+        return None
 
     def crash(self, run: Runner, hit: Hit) -> Crash:
         from tenxgraph.core import crashpoints
@@ -120,19 +241,68 @@ class Drop(InProcess):
         window: dict[str, str] = {}
         done: list[str] = []
 
-        def drop(name: str, n: int) -> None:
-            done.append(drop_connections(run.checkpointer.inner))
+        def inject(name: str, n: int) -> None:
+            done.append(self.inject(run))
 
         crashpoints.reset()
         try:
-            arm_crash(hit.point, hit.hit, window, drop)
+            arm_crash(hit.point, hit.hit, window, inject)
             result = run.run_graph(hit.app, hit.input, hit.thread, hit.config, hit.stream, "crash")
         except Exception as exc:
             if not done:
+                self.recover(run)
                 return Crash(False, error=f"the run failed before its fault: {type(exc).__name__}: {exc}")
             return Crash(True, window.get("id"), note=f"{done[0]}; the run failed: {type(exc).__name__}: {exc}")
         finally:
             crashpoints.reset()
+        self.recover(run)
         if not done:
             return Crash(False)
         return Crash(True, window.get("id"), note=f"{done[0]}; the run went on and finished", result=result)
+
+    def resume(self, run: Runner, hit: Hit) -> Any:
+        try:
+            return super().resume(run, hit)
+        finally:
+            self.recover(run)
+
+
+class Drop(FaultMode):
+    """Every PostgreSQL connection of the run's process terminated by the server."""
+
+    name = "drop"
+
+    def inject(self, run: Runner) -> str:
+        return drop_connections(run.checkpointer.inner)
+
+
+#: How long PostgreSQL stays unreachable in an ``outage`` cell: within the checkpointer's default retries
+#: (3, after 0.05 + 0.2 + 0.8 s): the second retry finds PostgreSQL back.
+OUTAGE_S = 0.2
+
+
+class Outage(FaultMode):
+    """PostgreSQL unreachable for :data:`OUTAGE_S` (its connections cut, new ones refused), then back."""
+
+    name = "outage"
+
+    def inject(self, run: Runner) -> str:
+        cut = _pg_proxy(run.checkpointer.inner).cut(OUTAGE_S)
+        return f"PostgreSQL unreachable for {OUTAGE_S:g} s ({cut} connection(s) cut, new ones refused)"
+
+
+class RedisDown(FaultMode):
+    """Redis unreachable from the point to the end of the cell (its connections cut, new ones refused): the run
+    and its resume go on with PostgreSQL alone."""
+
+    name = "redis-down"
+
+    def inject(self, run: Runner) -> str:
+        cut = _redis_proxy(run.checkpointer.inner).cut(None)
+        return f"Redis unreachable until the cell ends ({cut} connection(s) cut, new ones refused)"
+
+    def recover(self, run: Runner) -> None:
+        _redis_proxy(run.checkpointer.inner).restore()
+
+
+FAULT_MODE_OBJECTS: dict[str, FaultMode] = {m.name: m for m in (Drop(), Outage(), RedisDown())}

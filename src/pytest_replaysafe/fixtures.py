@@ -23,6 +23,7 @@ from pytest_replaysafe.schedules import SCHEDULES_PROPERTY
 
 if TYPE_CHECKING:
     from pytest_replaysafe.effects import Effects
+    from pytest_replaysafe.faults import Proxy
     from pytest_replaysafe.gaps import GapRule
     from pytest_replaysafe.harness import CrashRun
     from tenxgraph.storage.checkpointer.base import BaseCheckpointer
@@ -173,21 +174,30 @@ class SharedPg:
     def __init__(self, schema: str) -> None:
         self.schema = schema
         self.dsn: str | None = None
-        self.made: dict[str | None, PgCheckpointer] = {}
+        self.made: dict[tuple[str | None, str | None], tuple[PgCheckpointer, str | None]] = {}
+        self.proxies: dict[tuple[str, int], Proxy] = {}
 
-    def checkpointer(self, dsn: str, redis_url: str | None) -> PgCheckpointer:
+    def checkpointer(self, dsn: str, redis_url: str | None, proxied: str | None = None) -> PgCheckpointer:
+        """*proxied*: ``outage`` (PostgreSQL) or ``redis-down`` (Redis) connects through a proxy of the harness's
+        (:mod:`pytest_replaysafe.faults`), which that fault cuts."""
+        from pytest_replaysafe.faults import proxied_dsn, proxied_redis_url
         from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 
         self.dsn = dsn
-        if redis_url not in self.made:
-            self.made[redis_url] = PgCheckpointer(postgres_dsn=dsn, redis_url=redis_url, schema=self.schema)
-        return self.made[redis_url]
+        if (redis_url, proxied) not in self.made:
+            pg = proxied_dsn(dsn, self.proxies) if proxied == "outage" else dsn
+            url = proxied_redis_url(redis_url, self.proxies) if proxied == "redis-down" and redis_url else redis_url
+            cp = PgCheckpointer(postgres_dsn=pg, redis_url=url, schema=self.schema)
+            self.made[redis_url, proxied] = (cp, redis_url)
+        return self.made[redis_url, proxied][0]
 
     def close(self) -> None:
-        for url, cp in self.made.items():
+        for cp, url in self.made.values():
             cp.close()
             if url is not None:
                 services.delete_redis_keys(url, cp.cache_prefix)
+        for proxy in self.proxies.values():
+            proxy.close()
         if self.dsn is not None:
             services.drop_schema(self.dsn, self.schema)
 

@@ -14,9 +14,16 @@ from pytest_replaysafe.outcome import LEGEND, SEVERITY, Outcome
 
 WIDTH = 100
 #: Sub-column headings: short, so four modes of four backends need no more than two panels.
-MODE_LABELS = {"inprocess": "proc", "sigkill": "kill", "stream": "strm", "concurrent": "conc", "drop": "drop"}
+MODE_LABELS = {
+    "inprocess": "proc", "sigkill": "kill", "stream": "strm", "concurrent": "conc",
+    "drop": "drop", "outage": "out", "redis-down": "rdwn",
+}  # fmt: skip
 MODES_LINE = "modes: proc in-process crash  kill SIGKILL + resume  strm streaming  conc two runs contest the lock"
-DROP_LINE = "  drop PostgreSQL connections terminated, no crash (--crash-faults=drop)"
+FAULT_LINES = {
+    "drop": "drop PostgreSQL connections terminated",
+    "outage": "out PostgreSQL unreachable for a while",
+    "redis-down": "rdwn Redis unreachable",
+}
 BACKEND_ORDER = ("memory", "sqlite", "postgres", "postgres+redis")
 GROUPS = ("run loop", "tool path", "faults", "your points")
 GAP = 2  # spaces between backend blocks
@@ -161,6 +168,7 @@ def text_grid(cells: Sequence[dict[str, Any]], width: int = WIDTH) -> list[str]:
     lines += left_out_lines(cells)
     lines += textwrap.wrap(LEGEND, width, subsequent_indent="  ")
     lines += textwrap.wrap(MODES_LINE, width, subsequent_indent="  ")
-    if any(c["mode"] == "drop" for c in cells):
-        lines.append(DROP_LINE)
+    shown = [text for mode, text in FAULT_LINES.items() if any(c["mode"] == mode for c in cells)]
+    if shown:
+        lines += textwrap.wrap("faults, no crash (--crash-faults): " + "  ".join(shown), width, subsequent_indent="  ")
     return lines

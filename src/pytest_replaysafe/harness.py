@@ -26,7 +26,7 @@ from pytest_replaysafe import timeline
 from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.evidence import Entry, ExecutionLog, unfinished, unfinished_since
 from pytest_replaysafe.exposure import windows
-from pytest_replaysafe.faults import DEFAULT_FAULTS, Drop
+from pytest_replaysafe.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
 from pytest_replaysafe.gaps import GapRule, gap_reasons, point_gap
 from pytest_replaysafe.matrix import Backend, Cell
 from pytest_replaysafe.modes import MODES, Hit, Inputs, Mode
@@ -252,7 +252,7 @@ class CrashRun:
             many = f" ({len(gaps)} cells over {orders} completion orders)" if orders > 1 else ""
             self.gap_message = f"known gap {', '.join(names)} at hit(s) {hits}{many}"
         expected = point_gap(self.rules, self.cell.point, self.cell.mode, self.cell.backend)
-        if self.cell.mode == "drop":  # a dropped connection is no crash: no crash gap is expected
+        if self.cell.mode in FAULT_MODE_OBJECTS:  # a storage fault is no crash: no crash gap is expected
             expected = None
         handled = any(r.outcome == Outcome.IN_DOUBT_HANDLED for r in self.results)
         if expected is not None and not handled and not any(g.gap and expected.name in g.gap.split(",") for g in gaps):
@@ -365,7 +365,7 @@ class CrashRun:
     def _matrix(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
         assert self.cell is not None
         cell = self.cell
-        mode = Drop() if cell.mode == "drop" else MODES[cell.mode]
+        mode = FAULT_MODE_OBJECTS.get(cell.mode) or MODES[cell.mode]
         stream = stream or mode.name == "stream"
         first = self._drive_index >= len(self.drives)
         drive = self._learn(app, input, config, stream) if first else self.drives[self._drive_index]
@@ -383,8 +383,9 @@ class CrashRun:
         crash = mode.crash(self, ctx)
         before = self._entries(thread) if crash.crashed else []
         fault = crash.note  # what a fault did, and what the backend did to its cache before the resume
-        # a dropped connection is no crash: nothing was left unfinished, no crash gap applies
-        window, left = (None, {}) if cell.mode == "drop" else (crash.window, unfinished(before))
+        # a storage fault is no crash: nothing was left unfinished, no crash gap applies
+        faulted = cell.mode in FAULT_MODE_OBJECTS
+        window, left = (None, {}) if faulted else (crash.window, unfinished(before))
         evidence = HitEvidence(crash.crashed, window, [], left, error=crash.error)
         evidence.tools = frozenset(self.tools) if self.tools is not None else None
         result: RunResult[Any] | None = crash.result

@@ -32,7 +32,9 @@ PROCESS_MODES = frozenset({"sigkill", "concurrent"})
 BUDGET_POINT = "run.before_node"
 #: Faults with cells of their own (``--crash-faults``; see :mod:`pytest_replaysafe.faults`): each is the mode of
 #: its cells too.
-FAULT_CELL_MODES = ("drop",)
+FAULT_CELL_MODES = ("drop", "outage", "redis-down")
+#: Cells whose checkpointer connects through the harness's proxies (see :func:`_shared_pg`).
+PROXIED_MODES = frozenset({"outage", "redis-down"})
 #: Points that only exist when a fixture that fires them is in use.
 FIXTURE_POINTS = {"tool.in_flight": "effects"}
 
@@ -144,7 +146,9 @@ def _shared_pg(with_redis: bool) -> Callable[[pytest.FixtureRequest], BaseCheckp
     def factory(request: pytest.FixtureRequest) -> BaseCheckpointer:
         shared = request.getfixturevalue("_replaysafe_matrix_pg")
         url = request.getfixturevalue("redis_url") if with_redis else None
-        return shared.checkpointer(request.getfixturevalue("pg_dsn"), url)  # type: ignore[no-any-return]
+        cell = request.getfixturevalue("_replaysafe_cell")
+        proxied = cell.mode if isinstance(cell, Cell) and cell.mode in PROXIED_MODES else None
+        return shared.checkpointer(request.getfixturevalue("pg_dsn"), url, proxied)  # type: ignore[no-any-return]
 
     return factory
 
@@ -157,14 +161,14 @@ BUILTIN_BACKENDS = (
         lambda request: request.getfixturevalue("pg_checkpointer"),
         unavailable=_postgres_unavailable,
         cell_factory=_shared_pg(with_redis=False),
-        faults=frozenset({"drop"}),
+        faults=frozenset({"drop", "outage"}),
     ),
     Backend(
         "postgres+redis",
         lambda request: request.getfixturevalue("pg_redis_checkpointer"),
         unavailable=_redis_unavailable,
         stale_cache=_stale_redis,
-        faults=frozenset({"drop"}),
+        faults=frozenset({"drop", "outage", "redis-down"}),
         cell_factory=_shared_pg(with_redis=True),
     ),
 )

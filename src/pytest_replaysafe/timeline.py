@@ -24,6 +24,8 @@ _HOW = {
     "stream": "crash while streaming",
     "concurrent": "the lock holder stops; a second run contests the thread",
     "drop": "every PostgreSQL connection of the run's process dropped",
+    "outage": "PostgreSQL unreachable",
+    "redis-down": "Redis unreachable",
 }
 
 
