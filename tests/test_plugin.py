@@ -240,7 +240,7 @@ def test_no_tools(crash_run):
         (["--crash-backends=mongo"], "*unknown crash backend 'mongo'*known backends:*sqlite*"),
         (
             ["--crash-modes=sigterm"],
-            "*unknown crash mode 'sigterm'*known modes: concurrent, drop, inprocess, sigkill, stream*",
+            "*unknown crash mode 'sigterm'*known modes: concurrent, drop, inprocess, outage, redis-down, sigkill, stream*",
         ),
         (["--crash-seed=abc"], "*--crash-seed='abc': give a whole number or 'last'*"),
     ],
