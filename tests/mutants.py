@@ -250,6 +250,18 @@ def cache_errors_raised() -> None:
     PgCheckpointer.aput_thread = aput_thread  # type: ignore[method-assign]
 
 
+def intent_failure_ignored() -> None:
+    """A tool with an in-doubt policy runs although its intent record could not be written (logged only), so a
+    refused record write after it goes undetected and the resume runs it again silently."""
+    original = handler.write_intent
+
+    async def write_intent(call: Any, key: str, ctx: Any) -> None:
+        with contextlib.suppress(Exception):
+            await original(call, key, ctx)
+
+    handler.write_intent = write_intent
+
+
 MUTANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (
@@ -269,6 +281,7 @@ MUTANTS: dict[str, Callable[[], None]] = {
         dead_connections_reused,
         no_retries,
         cache_errors_raised,
+        intent_failure_ignored,
     )
 }
 #: Mutants that need a dimension beyond one crash in one seeded order to be seen for sure.
@@ -278,7 +291,11 @@ NEEDS_DEPTH = frozenset({"replay_consumes_records"})
 #: Mutants only the drop fault shows (``--crash-faults=drop``, on PostgreSQL).
 NEEDS_DROP = frozenset({"dead_connections_reused"})
 #: Mutants only a storage outage shows: the fault (and its mode) each needs, and the backend.
-NEEDS_OUTAGE = {"no_retries": ("outage", "postgres"), "cache_errors_raised": ("redis-down", "postgres+redis")}
+NEEDS_OUTAGE = {
+    "no_retries": ("outage", "postgres"),
+    "cache_errors_raised": ("redis-down", "postgres+redis"),
+    "intent_failure_ignored": ("readonly", "sqlite"),
+}
 #: Mutants that only a backend with a Redis cache can show.
 NEEDS_REDIS = frozenset({"stale_redis_trusted"})
 

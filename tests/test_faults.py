@@ -40,9 +40,11 @@ def failing(data: dict[str, Any]) -> int:
 
 def test_fault_names_parse_and_bad_ones_are_usage_errors() -> None:
     assert faults.parse(None) == {"cache"} and faults.parse("") == {"cache"}
-    assert faults.parse("all") == {"cache", "drop", "outage", "redis-down"} and faults.parse("none") == frozenset()
+    assert faults.parse("all") == set(faults.FAULTS) and faults.parse("none") == frozenset()
     assert faults.parse("drop, CACHE") == {"cache", "drop"}
-    with pytest.raises(pytest.UsageError, match=r"unknown fault.*'partition'.*cache, drop, outage, redis-down"):
+    with pytest.raises(
+        pytest.UsageError, match=r"unknown fault.*'partition'.*cache, drop, outage, redis-down, readonly"
+    ):
         faults.parse("drop,partition")
 
 
@@ -140,3 +142,72 @@ def test_postgres_unreachable_for_a_while_and_redis_down_never_make_a_call_run_t
     outage = [e["text"] for c in cells if c["mode"] == "outage" for e in c["timeline"] if e["kind"] == "fault"]
     assert any("the run failed" in n for n in outage)  # and was resumed once PostgreSQL was back
     assert "out PostgreSQL unreachable for a while" in data["stdout"] and "rdwn Redis unreachable" in data["stdout"]
+
+
+INDOUBT_AGENT = '''
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, tool
+
+
+@tool(on_in_doubt="fail")
+def open_ticket(title: str) -> str:
+    """Open a ticket (never twice: a call in doubt is reported, not run again)."""
+    return "ticket: " + title
+
+
+def lookup(order_id: str) -> str:
+    """Look an order up."""
+    return "order " + order_id
+
+
+@pytest.mark.crash_matrix
+def test_ticket(crash_run):
+    model = ScriptedModel([
+        Reply(tool_calls=[("lookup", {"order_id": "1042"}), ("open_ticket", {"title": "refund 1042"})]),
+        "Done.",
+    ])
+    app = ReactAgent(model, tools=[lookup, open_ticket]).compile(checkpointer=crash_run.checkpointer)
+    assert crash_run.invoke(app, {"messages": [Message.text_message("go")]}).final_text == "Done."
+'''
+
+
+def in_doubt_matrix(folder: Path, mutant: str | None, *args: str) -> dict[str, Any]:
+    folder.mkdir()
+    (folder / "conftest.py").write_text(f"from tests.mutants import apply\n\napply({mutant!r})\n")
+    (folder / "test_t.py").write_text(INDOUBT_AGENT)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", "--crash-matrix"]
+    command += ["--crash-backends=sqlite", "--crash-seed=5", "--crash-report=r.json", *args, "test_t.py"]
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    assert (folder / "r.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((folder / "r.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_sqlite_gone_read_only_reruns_only_calls_whose_record_was_refused(tmp_path: Path) -> None:
+    args = ["--crash-faults=readonly", "--crash-modes=readonly"]
+    data = matrix(tmp_path / "ro", None, "sqlite", *args)
+    cells = data["cells"]
+    assert {c["mode"] for c in cells} == {"readonly"} and failing(data) == 0
+    gaps = [c for c in cells if c["outcome"] == "known_gap"]
+    assert gaps and {c["gap"] for c in gaps} == {"failed_record_write"}  # no crash gap applies to a fault
+    assert any(c["outcome"] == "protected" for c in cells)  # a fault before any tool ran, or after the records
+    for c in gaps:
+        texts = [e["text"] for e in c["timeline"]]
+        assert any("ledger record write FAILED" in t for t in texts) and any("started AGAIN" in t for t in texts)
+        assert all(n == 2 for n in c["executions"].values() if n > 1)  # one refused write: one more run
+    # a tool with an in-doubt policy never runs without its intent, and is never silently re-run
+    policed = in_doubt_matrix(tmp_path / "policy", None, *args)
+    assert failing(policed) == 0
+    assert not [c for c in policed["cells"] if "open_ticket" in c["detail"] and c["outcome"] == "known_gap"]
+    assert any(c["outcome"] == "in_doubt_handled" for c in policed["cells"])  # its record was refused
+    notes = [e["text"] for c in policed["cells"] for e in c["timeline"] if e["kind"] == "fault"]
+    assert any("IntentWriteError: tool 'open_ticket'" in n and "was not run" in n for n in notes)
+
+
+def test_a_tool_run_without_its_intent_is_caught_only_when_the_disk_goes_read_only(tmp_path: Path) -> None:
+    """tests/mutants.py intent_failure_ignored is the runtime before this fault found it: a tool with an
+    in-doubt policy ran although its intent could not be written, so the refused record went undetected."""
+    assert failing(in_doubt_matrix(tmp_path / "plain", "intent_failure_ignored")) == 0
+    caught = in_doubt_matrix(tmp_path / "ro", "intent_failure_ignored", "--crash-faults=readonly")
+    found = [c for c in caught["cells"] if c["outcome"] == "violation"]
+    assert found and all(c["mode"] == "readonly" and "open_ticket" in c["detail"] for c in found)

@@ -202,3 +202,34 @@ def test_failing_reconcile_is_an_in_doubt_error_not_a_rerun(checkpointer: BaseCh
     assert list(runs.values()) == [1]
     assert result.messages[2].tool_results[0].status == "in_doubt"
     assert "reconcile failed: provider unreachable" in result.messages[2].tool_results[0].output
+
+
+def test_a_tool_whose_intent_cannot_be_written_does_not_run_and_the_thread_stays_resumable(
+    checkpointer: BaseCheckpointer,
+) -> None:
+    from tenxgraph import IntentWriteError
+    from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
+
+    class Refusing(DelegatingCheckpointer):
+        refuse = True
+
+        async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, Any]) -> bool:
+            if self.refuse:
+                raise OSError(28, "No space left on device")
+            return await super().aput_tool_intent(thread_id, key, record)
+
+    ran: list[str] = []
+
+    @tool(on_in_doubt="fail")
+    def refund_order(order_id: str) -> str:
+        """Refund."""
+        ran.append(order_id)
+        return "refunded"
+
+    store = Refusing(checkpointer)
+    with pytest.raises(IntentWriteError, match=r"tool 'refund_order' .* was not run: .*No space left on device"):
+        app(store, [refund_order]).invoke(MSG, {"thread_id": "t"})
+    assert ran == []  # without its intent, a crash during the call could not be detected: it does not run
+    store.refuse = False
+    result = app(store, [refund_order]).invoke(None, {"thread_id": "t"})
+    assert ran == ["0"] and result.final_text == "done"

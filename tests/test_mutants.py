@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 AGENT_TEST = '''
 import pytest
-from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, tool
 
 
 def make_agent(checkpointer, effects):
@@ -32,8 +32,9 @@ def make_agent(checkpointer, effects):
         """Send an email (no idempotency key: a re-run sends it again)."""
         return effects.apply("email", {"to": to})["effect_id"]
 
+    @tool(on_in_doubt="fail")
     def open_ticket(title: str) -> str:
-        """Open a ticket."""
+        """Open a ticket (never opened twice: a call in doubt is reported, not run again)."""
         return "ticket: " + title
 
     model = ScriptedModel([

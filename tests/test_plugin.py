@@ -240,7 +240,8 @@ def test_no_tools(crash_run):
         (["--crash-backends=mongo"], "*unknown crash backend 'mongo'*known backends:*sqlite*"),
         (
             ["--crash-modes=sigterm"],
-            "*unknown crash mode 'sigterm'*known modes: concurrent, drop, inprocess, outage, redis-down, sigkill, stream*",
+            "*unknown crash mode 'sigterm'*known modes: concurrent, drop, inprocess, outage, readonly, redis-down, "
+            "sigkill, stream*",
         ),
         (["--crash-seed=abc"], "*--crash-seed='abc': give a whole number or 'last'*"),
     ],

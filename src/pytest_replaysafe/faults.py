@@ -1,5 +1,5 @@
-"""Storage faults as a matrix dimension: ``--crash-faults=cache,drop,outage,redis-down`` (default ``cache``;
-``all``; ``none``).
+"""Storage faults as a matrix dimension: ``--crash-faults=cache,drop,outage,redis-down,readonly`` (default
+``cache``; ``all``; ``none``).
 
 - ``cache``: on a backend with a cache (``postgres+redis``), the cache is left stale, future or flushed before
   every resume (the backend's ``stale_cache``; see ``pytest_replaysafe.matrix``). No cells of its own.
@@ -15,6 +15,8 @@
   then PostgreSQL is reachable again.
 - ``redis-down``: on ``postgres+redis``, Redis (through a proxy) is unreachable from the point to the end of the
   cell; the run and its resume must go on with PostgreSQL alone.
+- ``readonly``: on SQLite, every write is refused (SQLITE_READONLY) from the point until the resume, as on a
+  filesystem remounted read-only after an I/O error; a call whose record write was refused may run again.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import contextlib
 import math
 import os
 import socket
+import sqlite3
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -33,7 +36,7 @@ from pytest_replaysafe.modes import Crash, Hit, InProcess, Runner, arm_crash
 if TYPE_CHECKING:
     from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
-FAULTS = ("cache", "drop", "outage", "redis-down")
+FAULTS = ("cache", "drop", "outage", "redis-down", "readonly")
 DEFAULT_FAULTS = frozenset({"cache"})
 
 
@@ -227,7 +230,10 @@ def _redis_proxy(checkpointer: Any) -> Proxy:
 
 class FaultMode(InProcess):
     """At the point the fault is injected; the process does not die: the run goes on, and is resumed (in the same
-    process, with a new graph object) only if it failed. :meth:`recover` ends the fault after the cell."""
+    process, with a new graph object) only if it failed. :meth:`recover` ends the fault: after the cell, or
+    before the resume when the fault does not last through it (``lasts_through_resume``)."""
+
+    lasts_through_resume = True
 
     def inject(self, run: Runner) -> str:
         raise NotImplementedError
@@ -240,8 +246,10 @@ class FaultMode(InProcess):
 
         window: dict[str, str] = {}
         done: list[str] = []
+        at: list[float] = []
 
         def inject(name: str, n: int) -> None:
+            at.append(time.monotonic())
             done.append(self.inject(run))
 
         crashpoints.reset()
@@ -252,15 +260,18 @@ class FaultMode(InProcess):
             if not done:
                 self.recover(run)
                 return Crash(False, error=f"the run failed before its fault: {type(exc).__name__}: {exc}")
-            return Crash(True, window.get("id"), note=f"{done[0]}; the run failed: {type(exc).__name__}: {exc}")
+            note = f"{done[0]}; the run failed: {type(exc).__name__}: {exc}"
+            return Crash(True, window.get("id"), note=note, at=at[0])
         finally:
             crashpoints.reset()
         self.recover(run)
         if not done:
             return Crash(False)
-        return Crash(True, window.get("id"), note=f"{done[0]}; the run went on and finished", result=result)
+        return Crash(True, window.get("id"), note=f"{done[0]}; the run went on and finished", result=result, at=at[0])
 
     def resume(self, run: Runner, hit: Hit) -> Any:
+        if not self.lasts_through_resume:
+            self.recover(run)
         try:
             return super().resume(run, hit)
         finally:
@@ -305,4 +316,29 @@ class RedisDown(FaultMode):
         _redis_proxy(run.checkpointer.inner).restore()
 
 
-FAULT_MODE_OBJECTS: dict[str, FaultMode] = {m.name: m for m in (Drop(), Outage(), RedisDown())}
+class ReadOnly(FaultMode):
+    """SQLite's storage goes read-only from the point (``PRAGMA query_only``: every write fails with
+    SQLITE_READONLY, as on a filesystem remounted read-only after an I/O error), and is writable again for the
+    resume. A call whose record write failed may run again (gap ``failed_record_write``); nothing else may."""
+
+    name = "readonly"
+    lasts_through_resume = False
+
+    def inject(self, run: Runner) -> str:
+        from pytest_replaysafe.matrix import SQLITE_CONNECTIONS
+
+        if not SQLITE_CONNECTIONS:
+            raise RuntimeError("the readonly fault needs the matrix's SQLite checkpointer (no connection was made)")
+        for conn in SQLITE_CONNECTIONS:
+            conn.execute("PRAGMA query_only = ON")
+        return "SQLite storage read-only (every write fails with SQLITE_READONLY) until the resume"
+
+    def recover(self, run: Runner) -> None:
+        from pytest_replaysafe.matrix import SQLITE_CONNECTIONS
+
+        for conn in SQLITE_CONNECTIONS:
+            with contextlib.suppress(sqlite3.ProgrammingError):  # closed with its checkpointer
+                conn.execute("PRAGMA query_only = OFF")
+
+
+FAULT_MODE_OBJECTS: dict[str, FaultMode] = {m.name: m for m in (Drop(), Outage(), RedisDown(), ReadOnly())}

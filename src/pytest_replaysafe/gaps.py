@@ -32,6 +32,9 @@ class GapRule:
         return condition is None and self.point == point
 
 
+#: The condition of a call whose ledger write the store refused (logged by the harness's checkpointer wrapper).
+RECORD_FAILED = "record_failed"
+
 KNOWN_GAPS: tuple[GapRule, ...] = (
     GapRule(
         "in_flight",
@@ -62,6 +65,11 @@ KNOWN_GAPS: tuple[GapRule, ...] = (
         "failed_ledger_read",
         "the ledger could not be read, so recorded calls run again (not running is worse)",
         point="ledger.read_error",
+    ),
+    GapRule(
+        "failed_record_write",
+        "the store refused this call's record write: it completed, was not recorded, and runs again",
+        condition=RECORD_FAILED,
     ),
     GapRule("timeout", "a timed-out call is cancelled and not recorded; it runs again on replay", condition="timeout"),
     GapRule("missing_ids", "a call without message id or tool_call_id has no ledger key", condition="missing_id"),

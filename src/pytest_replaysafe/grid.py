@@ -16,13 +16,14 @@ WIDTH = 100
 #: Sub-column headings: short, so four modes of four backends need no more than two panels.
 MODE_LABELS = {
     "inprocess": "proc", "sigkill": "kill", "stream": "strm", "concurrent": "conc",
-    "drop": "drop", "outage": "out", "redis-down": "rdwn",
+    "drop": "drop", "outage": "out", "redis-down": "rdwn", "readonly": "ro",
 }  # fmt: skip
 MODES_LINE = "modes: proc in-process crash  kill SIGKILL + resume  strm streaming  conc two runs contest the lock"
 FAULT_LINES = {
     "drop": "drop PostgreSQL connections terminated",
     "outage": "out PostgreSQL unreachable for a while",
     "redis-down": "rdwn Redis unreachable",
+    "readonly": "ro SQLite read-only",
 }
 BACKEND_ORDER = ("memory", "sqlite", "postgres", "postgres+redis")
 GROUPS = ("run loop", "tool path", "faults", "your points")

@@ -417,9 +417,10 @@ class CrashRun:
         r = self.results[-1]
         r.gap_reasons = gap_reasons(self.rules, cell.point, gap or "", cell.mode, cell.backend)
         labels = call_labels(evidence.final_messages or [])
+        at = len(before) if crash.at is None else sum(1 for e in before if e.t is not None and e.t <= crash.at)
         r.timeline = timeline.build(
-            evidence.entries, len(before), labels, point=cell.point, hit=hit, mode=cell.mode,
-            crashed=crash.crashed, resume_error=evidence.resume_error, before_resume=fault, second=second,
+            evidence.entries, at, labels, point=cell.point, hit=hit, mode=cell.mode, crashed=crash.crashed,
+            resume_error=evidence.resume_error, before_resume=fault, second=second, resume_from=len(before),
         )  # fmt: skip
         if evidence.effects is not None:
             r.effects_applied = dict(Counter(e["kind"] for e in evidence.effects))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ PROCESS_MODES = frozenset({"sigkill", "concurrent"})
 BUDGET_POINT = "run.before_node"
 #: Faults with cells of their own (``--crash-faults``; see :mod:`pytest_replaysafe.faults`): each is the mode of
 #: its cells too.
-FAULT_CELL_MODES = ("drop", "outage", "redis-down")
+FAULT_CELL_MODES = ("drop", "outage", "redis-down", "readonly")
 #: Cells whose checkpointer connects through the harness's proxies (see :func:`_shared_pg`).
 PROXIED_MODES = frozenset({"outage", "redis-down"})
 #: Points that only exist when a fixture that fires them is in use.
@@ -76,10 +77,20 @@ def _memory(request: pytest.FixtureRequest) -> BaseCheckpointer:
     return InMemoryCheckpointer()
 
 
+#: The SQLite connections of ``readonly`` cells, for that fault to turn read-only (see pytest_replaysafe.faults).
+SQLITE_CONNECTIONS: list[sqlite3.Connection] = []
+
+
 def _sqlite(request: pytest.FixtureRequest) -> BaseCheckpointer:
     from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
     path: Path = request.getfixturevalue("replaysafe_workdir") / "replaysafe.db"
+    cell = request.getfixturevalue("_replaysafe_cell") if "_replaysafe_cell" in request.fixturenames else None
+    if isinstance(cell, Cell) and cell.mode == "readonly":
+        SQLITE_CONNECTIONS.clear()
+        cp = SqliteCheckpointer(path, on_connect=SQLITE_CONNECTIONS.append)
+        request.addfinalizer(cp.close)
+        return cp
     cp = SqliteCheckpointer(path)
     request.addfinalizer(cp.close)
     return cp
@@ -155,7 +166,7 @@ def _shared_pg(with_redis: bool) -> Callable[[pytest.FixtureRequest], BaseCheckp
 
 BUILTIN_BACKENDS = (
     Backend("memory", _memory, durable=False),
-    Backend("sqlite", _sqlite),
+    Backend("sqlite", _sqlite, faults=frozenset({"readonly"})),
     Backend(
         "postgres",
         lambda request: request.getfixturevalue("pg_checkpointer"),

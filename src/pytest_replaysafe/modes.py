@@ -85,6 +85,7 @@ class Crash:
     error: str | None = None
     note: str | None = None  # what a fault did (for the timeline)
     result: Any = None  # a fault the run survived: its finished run (no resume)
+    at: float | None = None  # a fault: when it was injected (CLOCK_MONOTONIC, as the execution log's times)
 
 
 class Mode(Protocol):

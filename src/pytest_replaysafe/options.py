@@ -141,7 +141,7 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="F,G|all|none",
         help="storage faults: cache (a stale, future or flushed Redis cache before each resume; the default); "
         "cells of their own at each point: drop (PostgreSQL connections terminated), outage (PostgreSQL "
-        "unreachable for a while), redis-down (Redis unreachable); all; none",
+        "unreachable for a while), redis-down (Redis unreachable), readonly (SQLite writes refused); all; none",
     )
     group.addoption("--crash-then", default=None, metavar="POINT@J", help="only this second crash (for a repro)")
     group.addoption(
@@ -161,7 +161,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("crash_orders", "default --crash-orders (a number, or all)", default="")
     parser.addini("crash_depth", "default --crash-depth (1 or 2)", default="")
     parser.addini("crash_budget", "default --crash-budget (schedules per test item, or all)", default="")
-    parser.addini("crash_faults", "default --crash-faults (cache, drop, outage, redis-down, all, none)", default="")
+    parser.addini(
+        "crash_faults", "default --crash-faults (cache, drop, outage, redis-down, readonly, all, none)", default=""
+    )
     parser.addini("crash_rate", "default --crash-rate (crashes per process, such as 1/day)", default="")
 
 

@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator, Sequence
 
 from pytest_replaysafe.evidence import Entry, ExecutionLog, fingerprint
+from pytest_replaysafe.gaps import RECORD_FAILED
 from pytest_replaysafe.matrix import first_state_path
 from tenxgraph.core.state.messages import JSON, Message
 from tenxgraph.errors import SerializationError
@@ -38,7 +39,13 @@ class RecordingCheckpointer(DelegatingCheckpointer):
         tool = str(record["tool"]) if record.get("tool") else None
         fp = fingerprint(record.get("output"))
         self.log.write(Entry(thread_id, key, "record", tool, fp, bool(record.get("is_error"))))
-        written = await super().aput_tool_result(thread_id, key, record)
+        try:
+            written = await super().aput_tool_result(thread_id, key, record)
+        except SerializationError:  # the value cannot be stored: the runtime records an error result instead
+            raise
+        except Exception:
+            self.log.write(Entry(thread_id, key, "record_failed", tool, cond=RECORD_FAILED))
+            raise
         self.log.write(Entry(thread_id, key, "recorded", tool, fp))
         return written
 
@@ -51,7 +58,12 @@ class RecordingCheckpointer(DelegatingCheckpointer):
             tool = str(record["tool"]) if record.get("tool") else None
             entries.append((key, tool, fingerprint(record.get("output")), bool(record.get("is_error"))))
             self.log.write(Entry(thread_id, key, "record", tool, entries[-1][2], entries[-1][3]))
-        written = await self.inner.aput_tool_results(thread_id, records)
+        try:
+            written = await self.inner.aput_tool_results(thread_id, records)
+        except Exception:
+            for key, tool, _, _ in entries:
+                self.log.write(Entry(thread_id, key, "record_failed", tool, cond=RECORD_FAILED))
+            raise
         for (key, tool, fp, _), outcome in zip(entries, written, strict=True):
             if not isinstance(outcome, SerializationError):
                 self.log.write(Entry(thread_id, key, "recorded", tool, fp))

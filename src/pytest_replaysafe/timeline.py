@@ -17,6 +17,7 @@ _WORDS = {
     "timeout": "timed out and was cancelled",
     "in_doubt": "was found in doubt",
     "recorded": "ledger record written",
+    "record_failed": "ledger record write FAILED (the store refused it)",
 }
 _HOW = {
     "inprocess": "crash (in-process)",
@@ -26,6 +27,7 @@ _HOW = {
     "drop": "every PostgreSQL connection of the run's process dropped",
     "outage": "PostgreSQL unreachable",
     "redis-down": "Redis unreachable",
+    "readonly": "SQLite storage read-only",
 }
 
 
@@ -69,10 +71,13 @@ def build(
     resume_error: str | None = None,
     before_resume: str | None = None,
     second: tuple[int, str] | None = None,
+    resume_from: int | None = None,
 ) -> list[Event]:
     """*entries*: the hit thread's log after the resume; *crashed_at*: how many of them were written before the
     crash; *labels*: call id -> ``tool(args)``; *second* (depth 2): how many were written before the crash of the
-    first resume, and what that crash was."""
+    first resume, and what that crash was; *resume_from* (a fault the run outlived): where its resume began, when
+    not at the fault."""
+    resume_from = crashed_at if resume_from is None else resume_from
     calls = _calls_of(entries)
     tools = {e.call or calls.get(e.id, e.id): e.tool for e in entries if e.tool}
     events: list[Event] = []
@@ -88,7 +93,7 @@ def build(
             events.append({"phase": "crash", "kind": "crash", "text": second[1]})
         hid = calls.get(entry.id, entry.id) if entry.call is None else entry.call
         label = labels.get(hid, entry.tool or hid)
-        phase = "run" if i < crashed_at or not crashed else "resume"
+        phase = "run" if i < resume_from or not crashed else "resume"
         if entry.event == "record":  # the write's start; "recorded" says it finished
             continue
         event = {"phase": phase, "kind": entry.event, "text": _line(entry, label, hid in started)}

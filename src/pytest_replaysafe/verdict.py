@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_replaysafe.evidence import Entry, call_id_of, fingerprint
-from pytest_replaysafe.gaps import GapRule, find_gap
+from pytest_replaysafe.gaps import RECORD_FAILED, GapRule, find_gap
 from pytest_replaysafe.outcome import Outcome
 
 if TYPE_CHECKING:
@@ -252,12 +252,18 @@ def judge(
     problems += _provenance(messages, evidence.entries, labels, evidence.tools)
     problems += _effect_problems(evidence, ref, {e.id: labels.get(e.hid, e.id) for e in evidence.entries})
     crashes = [(point, evidence.window, evidence.unfinished), *evidence.later]
-    marked = {e.hid: e.cond for e in reversed(evidence.entries) if e.cond}  # timeout, missing id: by their nature
+    calls_of = {e.id: e.call for e in evidence.entries if e.call is not None}  # records carry only the key
+    # a refused record write may let a call run again, unless its policy promised it never would silently
+    policed = {e.hid for e in evidence.entries if e.policy in ("fail", "reconcile")}
+    refused = Counter(calls_of.get(e.id, e.id) for e in evidence.entries if e.cond == RECORD_FAILED)
+    refused = Counter({call: n for call, n in refused.items() if call not in policed})
+    # timeout, missing id: unprotected by their nature
+    marked = {e.hid: e.cond for e in evidence.entries if e.cond and e.cond != RECORD_FAILED}
     gaps: set[str] = set()
     for eid, n in sorted(evidence.executions().items()):
         if n < 2:
             continue
-        allowed, names = _allowance(eid, crashes, marked.get(eid), rules, mode, backend)
+        allowed, names = _allowance(eid, crashes, marked.get(eid), rules, mode, backend, refused[eid])
         if n <= allowed:
             gaps |= names
             continue
@@ -273,7 +279,7 @@ def judge(
     if gaps:
         return Outcome.KNOWN_GAP, ",".join(sorted(gaps)), _gap_detail(evidence, gaps, labels)
     handled = {e.hid for e in evidence.entries if e.event == "in_doubt" and e.policy in ("fail", "reconcile")}
-    if handled and evidence.window in ({"*"} | handled):
+    if handled and (evidence.window is None or evidence.window in ({"*"} | handled)):  # (None: a storage fault)
         return Outcome.IN_DOUBT_HANDLED, None, "the call in the crash window was in doubt and settled without a re-run"
     return Outcome.PROTECTED, None, "every recorded call executed at most once, answered with its own result"
 
@@ -285,12 +291,17 @@ def _allowance(
     rules: list[GapRule],
     mode: str,
     backend: str,
+    refused: int = 0,
 ) -> tuple[float, set[str]]:
     """How often call *eid* may execute, and the gaps that allow it: once, plus once per crash whose window held
-    it (the point's own gap) or that left it unfinished in the tool path (a sibling's gap); a call unprotected by
-    its nature (timed out, no id) re-runs on every attempt."""
+    it (the point's own gap) or that left it unfinished in the tool path (a sibling's gap), plus once per record
+    write of it the store refused; a call unprotected by its nature (timed out, no id) re-runs on every attempt."""
     allowed: float = 1
     names: set[str] = set()
+    rule = find_gap(rules, crashes[0][0], RECORD_FAILED, mode, backend) if refused else None
+    if rule is not None:
+        allowed += refused
+        names.add(rule.name)
     for point, window, unfinished in crashes:
         rule = find_gap(rules, point, None, mode, backend) if window in ("*", eid) else None
         condition = unfinished.get(eid) if point in TOOL_WINDOW_POINTS else None

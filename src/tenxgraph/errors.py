@@ -90,6 +90,18 @@ class StorageConnectionError(TenxGraphError, ConnectionError):
     """The database could not be reached, or refused us, within the retry budget; the message has its reason."""
 
 
+class IntentWriteError(TenxGraphError):
+    """A tool with an in-doubt policy was not run because its intent record could not be written."""
+
+    def __init__(self, tool: str, key: str, thread_id: str, cause: BaseException) -> None:
+        self.tool, self.key, self.thread_id = tool, key, thread_id
+        super().__init__(
+            f"tool {tool!r} (key {key!r}, thread {thread_id!r}) was not run: its intent record could not be written "
+            f"({type(cause).__name__}: {cause}). A tool with on_in_doubt never runs without one, or a crash during "
+            "it could not be detected; the thread stays resumable: fix the storage and invoke it again"
+        )
+
+
 class SerializationError(TenxGraphError, TypeError):
     """A value that must be stored is not JSON-serialisable."""
 

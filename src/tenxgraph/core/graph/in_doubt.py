@@ -13,6 +13,7 @@ from tenxgraph.core.graph.ledger_record import RECORD_VERSION, ToolExecution, er
 from tenxgraph.core.graph.tool_call import ToolCallInfo, notify
 from tenxgraph.core.graph.tools import Tool
 from tenxgraph.core.state.messages import JSON, ToolCallBlock
+from tenxgraph.errors import IntentWriteError
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.events import emit_event
 
@@ -21,20 +22,15 @@ Record = Callable[[ToolExecution, str, RunContext, ToolCallInfo], Awaitable[Tool
 
 
 async def write_intent(call: ToolCallBlock, key: str, ctx: RunContext) -> None:
-    """Before an opted-in tool runs: a ``started`` record, so a resume can tell the call is in doubt."""
+    """Before an opted-in tool runs: a ``started`` record, so a resume can tell the call is in doubt. If it cannot
+    be written, the tool does not run (:class:`IntentWriteError` stops the run; the thread stays resumable): run
+    without it, and a crash during the call, or a refused record write after it, would go undetected."""
     try:
         await ctx.checkpointer.aput_tool_intent(
             ctx.thread_id, key, {"v": RECORD_VERSION, "kind": "intent", "tool": call.name, "call_id": call.id}
         )
     except Exception as exc:
-        log.warning(
-            "could not write the intent of tool %r (key %r, thread %r): %s: %s; it runs without in-doubt detection",
-            call.name,
-            key,
-            ctx.thread_id,
-            type(exc).__name__,
-            exc,
-        )
+        raise IntentWriteError(call.name, key, ctx.thread_id, exc) from exc
 
 
 async def resolve_in_doubt(

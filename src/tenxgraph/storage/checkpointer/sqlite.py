@@ -19,7 +19,7 @@ import sqlite3
 import struct
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -91,9 +91,18 @@ log = logging.getLogger(LOGGER_NAME)
 
 
 class SqliteCheckpointer(BaseCheckpointer):
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0, create_dirs: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = 30.0,
+        create_dirs: bool = False,
+        on_connect: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> None:
         """``create_dirs``: create the database's folder if it is missing (logged). Off by default, so a mistyped
-        path is an error here instead of a new, empty database somewhere else."""
+        path is an error here instead of a new, empty database somewhere else. ``on_connect``: called with each
+        new connection (one per process) after the checkpointer's own set-up: set pragmas such as
+        ``cache_size``, register functions."""
         if str(path) in ("", ":memory:"):
             raise ConfigError(
                 "SqliteCheckpointer needs a file path (a ':memory:' database is not durable); "
@@ -110,6 +119,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             folder.mkdir(parents=True, exist_ok=True)
             log.info("created folder %s for SQLite database %s", folder, self.path.name)
         self.timeout = timeout
+        self.on_connect = on_connect
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
@@ -132,6 +142,8 @@ class SqliteCheckpointer(BaseCheckpointer):
                 for statement in statements:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version={version}")
+        if self.on_connect is not None:
+            self.on_connect(conn)
         self._conn, self._pid = conn, os.getpid()
         return conn
 

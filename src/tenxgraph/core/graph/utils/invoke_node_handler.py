@@ -176,13 +176,10 @@ async def _execute(
         args = tool.parse_args(call.args)
     except ToolArgumentError as exc:
         return error_execution(call, key, str(exc))
-    if key is not None:
-        if in_doubt:
-            resolved = await resolve_in_doubt(tool, call, key, args, ctx, info, _record)
-            if resolved is not None:
-                return resolved
-        elif tool.on_in_doubt is not None:
-            await write_intent(call, key, ctx)
+    if key is not None and in_doubt:
+        resolved = await resolve_in_doubt(tool, call, key, args, ctx, info, _record)
+        if resolved is not None:
+            return resolved
     await ctx.checkpointer.acheck_run_lock(ctx.thread_id)  # fencing: never invoke a tool without the thread's lock
     crash_point("tool.before_invoke")
     timeout = ctx.config.tool_timeout
@@ -285,6 +282,22 @@ async def _gather(jobs: list[asyncio.Task[ToolExecution]]) -> list[ToolExecution
             await asyncio.wait(pending)
 
 
+async def _write_intents(
+    to_run: list[tuple[ToolCallBlock, str | None, ToolCallInfo, bool]], tools: Mapping[str, Tool], ctx: RunContext
+) -> None:
+    """The intents of the batch's opted-in calls, all before any call starts: one that cannot be written stops
+    the node (:class:`IntentWriteError`) while nothing has run, so no sibling's effect is left unrecorded."""
+    for call, key, _, in_doubt in to_run:
+        tool = tools.get(call.name)
+        if key is None or in_doubt or tool is None or tool.on_in_doubt is None:
+            continue
+        try:
+            tool.parse_args(call.args)
+        except ToolArgumentError:
+            continue  # answered with an error without running: nothing to be in doubt about
+        await write_intent(call, key, ctx)
+
+
 async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: RunContext) -> list[ToolExecution]:
     """Run (or replay) every tool call of *message*; results come back in call order."""
     calls = message.tool_calls
@@ -325,6 +338,7 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
             policy = tool.on_in_doubt if tool is not None else None
             info = ToolCallInfo(ctx.thread_id, message.message_id, call.id, call.name, index, key, policy)
             to_run.append((call, key, info, in_doubt))
+    await _write_intents(to_run, tools, ctx)
     order = completion_order()
     batch = [info for _, _, info, _ in to_run]
     token = turns_var.set(BatchTurns(order(batch)) if order is not None and len(batch) > 1 else None)
