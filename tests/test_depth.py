@@ -135,8 +135,11 @@ def test_a_runtime_that_only_a_crash_during_recovery_breaks_is_caught_at_depth_t
     first = caught["stdout"].split("VIOLATION ", 1)[1].splitlines()[0]
     assert " then " in first  # the failure lines name the second crash
     replayed = matrix(tmp_path / "two", "replay_consumes_records", "--crash-replay=r.json")
-    key = [(c["test"], c["hit"], c["order"], c["then"]) for c in found]
-    assert sorted(key) == sorted((c["test"], c["hit"], c["order"], c["then"]) for c in violations(replayed))
+    again = {(c["test"], c["hit"], c["order"], c["then"]) for c in violations(replayed)}
+    key = {(c["test"], c["hit"], c["order"], c["then"]) for c in found}
+    # exactly, except at tool.in_flight: which parallel sync tool (each on a thread of its own) reaches its effect
+    # third is the threads' race, not the seed's (the seed orders return -> record, not the bodies' start)
+    assert {k for k in again if "tool.in_flight" not in k[0]} == {k for k in key if "tool.in_flight" not in k[0]}
 
 
 def test_after_a_failing_schedule_smaller_ones_run_until_the_smallest_failing_one_is_found(tmp_path: Path) -> None:
@@ -156,8 +159,8 @@ def test_after_a_failing_schedule_smaller_ones_run_until_the_smallest_failing_on
         rules=KNOWN_GAPS,
         repro="",
     )
-    run.choice = Choice([], 10, 1, 0)
-    run._resume_counts = {(1, 0): {"tool.before_invoke": 3}, (2, 0): {"tool.before_invoke": 3}}
+    run.planner.choice = Choice([], 10, 1, 0)
+    run.planner.resume_counts = {(1, 0): {"tool.before_invoke": 3}, (2, 0): {"tool.before_invoke": 3}}
 
     def verdict(plan: tuple[int, int, Then | None], outcome: Outcome) -> None:
         hit, _, then = plan
@@ -167,7 +170,7 @@ def test_after_a_failing_schedule_smaller_ones_run_until_the_smallest_failing_on
     # which smaller schedules fail: an earlier first hit does not; earlier second arrivals do, down to @2
     fails = {(2, 0, "tool.before_invoke@2"), (2, 0, "tool.before_invoke@3")}
     tried = []
-    for plan in run._shrink({(2, 0, Then("tool.before_invoke", 3))}):
+    for plan in run.planner.shrink({(2, 0, Then("tool.before_invoke", 3))}, run._failing_schedules):
         tried.append((plan[0], plan[1], str(plan[2])))
         verdict(plan, Outcome.VIOLATION if tried[-1] in fails else Outcome.PROTECTED)
     assert tried == [
@@ -176,5 +179,5 @@ def test_after_a_failing_schedule_smaller_ones_run_until_the_smallest_failing_on
         (2, 0, "tool.before_invoke@2"),  # fails: the new smallest
         (1, 0, "tool.before_invoke@2"),  # its one untried smaller neighbour: passes; nothing is left
     ]
-    assert run.choice.shrunk == 4
+    assert run.planner.choice.shrunk == 4
     assert sorted(r.then or "" for r in run.results if r.outcome == Outcome.VIOLATION)[0] == "tool.before_invoke@2"

@@ -134,9 +134,9 @@ def crash_run(
     yield run
     for result in run.results:
         request.node.user_properties.append((CELL_PROPERTY, json.dumps(result.to_json())))
-    if run.choice is not None:
+    if run.planner.choice is not None:
         budget = -1 if run.depth.budget is None else run.depth.budget
-        choice = {k: getattr(run.choice, k) for k in ("candidates", "enumerated", "sampled", "shrunk")}
+        choice = {k: getattr(run.planner.choice, k) for k in ("candidates", "enumerated", "sampled", "shrunk")}
         request.node.user_properties.append((SCHEDULES_PROPERTY, json.dumps({**choice, "budget": budget})))
     if cell is not None and run.exposure:
         sample = {"backend": cell.backend, "windows": run.exposure}

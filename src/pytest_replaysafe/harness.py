@@ -24,29 +24,18 @@ import pytest
 
 from pytest_replaysafe import timeline
 from pytest_replaysafe.effects import Effects
-from pytest_replaysafe.evidence import Entry, ExecutionLog, unfinished, unfinished_since
+from pytest_replaysafe.evidence import Entry, ExecutionLog
 from pytest_replaysafe.exposure import windows
 from pytest_replaysafe.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
 from pytest_replaysafe.gaps import GapRule, gap_reasons, point_gap
+from pytest_replaysafe.hitrun import play
 from pytest_replaysafe.matrix import Backend, Cell
-from pytest_replaysafe.modes import MODES, Hit, Inputs, Mode
+from pytest_replaysafe.modes import MODES, Hit, Inputs
 from pytest_replaysafe.orders import Orders
 from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
-from pytest_replaysafe.procs import HarnessError
-from pytest_replaysafe.schedules import (
-    DEPTH_MODES,
-    SHRINK_LIMIT,
-    Choice,
-    Depth,
-    Plan,
-    Then,
-    candidates,
-    choose,
-    size,
-    smaller,
-)
+from pytest_replaysafe.schedules import DEPTH_MODES, Depth, Plan, Planner, Then
 from pytest_replaysafe.spy import RecordingCheckpointer
-from pytest_replaysafe.verdict import HitEvidence, Reference, call_labels, judge, reference, result_problems
+from pytest_replaysafe.verdict import Reference, call_labels, judge, reference, result_problems
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
 from tenxgraph.core.graph.tool_call import ToolCallInfo, add_tool_observer, set_completion_order
@@ -101,7 +90,6 @@ class CrashRun:
         self.rules = rules
         self.repro_base = repro
         self.tools = tools
-        self.hits = hits
         self.effects = effects
         self.log = ExecutionLog(workdir / "executions.jsonl")
         self.checkpointer = RecordingCheckpointer(checkpointer, self.log)
@@ -118,15 +106,12 @@ class CrashRun:
         self.orders = orders or Orders()
         self.order = self.orders.variants(0)[0]  # this execution's completion order (see :mod:`.orders`)
         self.depth = depth or Depth()
+        self.planner = Planner(seed, nodeid, hits, self.orders, self.depth)
         self.faults = faults
         self.then: Then | None = None  # this execution's second crash, during the resume (depth 2)
-        #: Per (hit, order): how often the depth-1 resume reached each point (the candidates for a second crash).
-        self._resume_counts: dict[tuple[int, int], dict[str, int]] = {}
-        self.choice: Choice | None = None  # the depth-2 schedules chosen, and how
         self.replay = replay  # --crash-replay: exactly these (hit, order, second crash) schedules
         if replay:
             self.hit, self.order, self.then = replay[0]
-        self._widest = 0  # the widest parallel batch of a clean run
         self._drive_index = 0
         self._execution_start = 0
         self._batches = 0
@@ -168,9 +153,9 @@ class CrashRun:
 
     def executions(self, thread_id: str | None = None) -> dict[str, int]:
         """Real executions of tool bodies per ledger key on a thread (default: this execution's hit thread)."""
-        return dict(Counter(e.id for e in self._entries(thread_id or self.thread_id) if e.event == "start"))
+        return dict(Counter(e.id for e in self.entries(thread_id or self.thread_id) if e.event == "start"))
 
-    def _entries(self, thread: str) -> list[Entry]:
+    def entries(self, thread: str) -> list[Entry]:
         """The thread's execution log, limited to the marker's ``tools=`` (calls of other tools are not judged)."""
         entries = self.log.entries(thread)
         if self.tools is None:
@@ -181,41 +166,18 @@ class CrashRun:
     # -- the plugin's side ------------------------------------------------------------------------------
     def planned_executions(self) -> Iterator[Plan]:
         """``(hit, order, second crash)`` still to run after the first execution of the body (each gets one of
-        its own): every depth-1 hit and order, then the depth-2 schedules their resumes made possible (chosen
-        once those ran, see :mod:`.schedules`)."""
+        its own; see :class:`.schedules.Planner`)."""
         if self.replay:
             yield from self.replay[1:]
             return
         if self.cell is None or self.cell.budget:
             return
-        most = max((d.reached for d in self.drives), default=0)
-        wanted = sorted(self.hits) if self.hits else list(range(1, most + 1))
-        orders = self.orders.variants(self._widest)
-        first = [(h, o) for h in wanted if h <= most for o in orders]
-        yield from [(h, o, None) for h, o in first if (h, o) != (self.hit, self.order)]
-        if self.depth.depth < 2 or self.cell.mode not in DEPTH_MODES:
-            return
-        if crashpoints.get_crash_point(self.cell.point).kind != "crash":
-            return
-        rng = random.Random(f"{self.seed}:{self.nodeid}:depth2")
-        self.choice = choose(candidates(first, self._resume_counts), self.depth, rng)
-        yield from self.choice.plans
-        if self.depth.then is None:
-            yield from self._shrink(set(self.choice.plans))
+        reached = max((d.reached for d in self.drives), default=0)
+        second = self.cell.mode in DEPTH_MODES and crashpoints.get_crash_point(self.cell.point).kind == "crash"
+        yield from self.planner.plans(reached, (self.hit, self.order), second, self._failing_schedules)
 
-    def _shrink(self, ran: set[Plan]) -> Iterator[Plan]:
-        """After a depth-2 schedule failed: run smaller ones not run yet (see :func:`.schedules.smaller`), each
-        chosen once the last one's verdict is in, until none is left; the smallest failing one is listed first."""
-        while self.choice is not None and self.choice.shrunk < SHRINK_LIMIT:
-            failing = [(r.hit, r.order, Then.parse(r.then)) for r in self.results if r.then and r.outcome in FAILING]
-            if not failing:
-                return
-            fresh = [p for p in smaller(min(failing, key=size), self._resume_counts) if p not in ran]
-            if not fresh:
-                return
-            ran.add(fresh[0])
-            self.choice.shrunk += 1
-            yield fresh[0]
+    def _failing_schedules(self) -> list[Plan]:
+        return [(r.hit, r.order, Then.parse(r.then)) for r in self.results if r.then and r.outcome in FAILING]
 
     def begin_execution(self, hit: int, order: int = 0, then: Then | None = None) -> None:
         self.hit, self.order, self.then = hit, order, then
@@ -298,7 +260,7 @@ class CrashRun:
         ``set_completion_order``): the same seed, hit and run give the same order in every process."""
         self._batches += 1
         if self._order_label == "clean":
-            self._widest = max(self._widest, len(batch))
+            self.planner.widest = max(self.planner.widest, len(batch))
         rng = random.Random(
             f"{self.seed}:{self.nodeid}:{self.hit}:{self._drive_index}:{self._order_label}:{self._batches}"
         )
@@ -345,7 +307,7 @@ class CrashRun:
             detail = f"the clean run (no crash injected) failed: {type(exc).__name__}: {exc}"
             self._record(0, Outcome.ERROR, None, {}, 0.0, detail)
             raise ReplaySafetyViolation(f"ERROR: {detail}\n    repro: {self.results[-1].repro}") from exc
-        entries = self._entries(thread)
+        entries = self.entries(thread)
         for tool, pairs in windows(entries).items():  # the clean run's exposure windows, per tool
             self.exposure.setdefault(tool, []).extend(pairs)
         drive = _Drive(
@@ -380,71 +342,37 @@ class CrashRun:
         thread = self._new_thread(f"hit{hit}")
         self.thread_id = thread
         ctx = Hit(app, input, config, stream, cell.point, hit, thread)
-        crash = mode.crash(self, ctx)
-        before = self._entries(thread) if crash.crashed else []
-        fault = crash.note  # what a fault did, and what the backend did to its cache before the resume
-        # a storage fault is no crash: nothing was left unfinished, no crash gap applies
-        faulted = cell.mode in FAULT_MODE_OBJECTS
-        window, left = (None, {}) if faulted else (crash.window, unfinished(before))
-        evidence = HitEvidence(crash.crashed, window, [], left, error=crash.error)
-        evidence.tools = frozenset(self.tools) if self.tools is not None else None
-        result: RunResult[Any] | None = crash.result
-        second: tuple[int, str] | None = None  # where in the log the second crash fell, and what it was
-        if result is not None:  # the run survived its fault: nothing to resume
-            evidence.final_messages, evidence.final_text = result.messages, result.final_text
-        elif crash.crashed and not crash.error:
-            stale = self.backend.stale_cache if self.backend is not None and "cache" in self.faults else None
-            if stale is not None:
-                spoiled = stale(self.checkpointer.inner, thread, self.workdir)
-                fault = "; ".join(filter(None, [fault, spoiled])) or None
-            if self.then is not None:  # depth 2: the first resume crashes too
-                again = Hit(app, ctx.resume_input, ctx.resume_config, stream, self.then.point, self.then.hit, thread)
-                crash2 = mode.crash(self, again)
-                if not crash2.crashed and not crash2.error:  # the resume never got there: nothing new to judge
-                    return self.stored_result(app, thread)
-                mid = self._entries(thread)
-                evidence.error = evidence.error or crash2.error
-                evidence.later.append((self.then.point, crash2.window, unfinished_since(mid, len(before))))
-                second = (len(mid), timeline.crash_text(self.then.point, self.then.hit, cell.mode) + " of the resume")
-            if not evidence.error:
-                result = self._resume(mode, ctx, evidence, count=self.then is None and self.depth.depth > 1)
-            evidence.contest = ctx.contest
-        evidence.entries = self._entries(thread)
+        tools = frozenset(self.tools) if self.tools is not None else None
+        count = self.then is None and self.depth.depth > 1
+        played = play(self, mode, ctx, self.then, cell.mode in FAULT_MODE_OBJECTS, count, tools)
+        if played.skipped:  # the resume never reached the second crash: nothing new to judge
+            return self.stored_result(app, thread)
+        evidence = played.evidence
         evidence.effects = self._effects_on(thread)
         outcome, gap, detail = judge(evidence, drive.ref, self.rules, cell.point, cell.mode, cell.backend)
-        executions = dict(evidence.executions())
-        self._record(hit, outcome, gap, executions, time.perf_counter() - started, detail)
+        self._record(hit, outcome, gap, dict(evidence.executions()), time.perf_counter() - started, detail)
         r = self.results[-1]
         r.gap_reasons = gap_reasons(self.rules, cell.point, gap or "", cell.mode, cell.backend)
         labels = call_labels(evidence.final_messages or [])
-        at = len(before) if crash.at is None else sum(1 for e in before if e.t is not None and e.t <= crash.at)
         r.timeline = timeline.build(
-            evidence.entries, at, labels, point=cell.point, hit=hit, mode=cell.mode, crashed=crash.crashed,
-            resume_error=evidence.resume_error, before_resume=fault, second=second, resume_from=len(before),
+            evidence.entries, played.fault_at, labels, point=cell.point, hit=hit, mode=cell.mode,
+            crashed=played.crash.crashed, resume_error=evidence.resume_error, before_resume=played.fault,
+            second=played.second, resume_from=played.before,
         )  # fmt: skip
         if evidence.effects is not None:
             r.effects_applied = dict(Counter(e["kind"] for e in evidence.effects))
         if outcome in FAILING:
             raise ReplaySafetyViolation(f"hit {hit}: {outcome.upper()}: {detail}\n    repro: {r.repro}")
-        return result if result is not None else drive.clean
+        return played.result if played.result is not None else drive.clean
 
-    def _resume(self, mode: Mode, ctx: Hit, evidence: HitEvidence, count: bool) -> RunResult[Any] | None:
-        """The (last) resume of a hit; with *count*, how often it reached each point is kept for depth 2."""
-        try:
-            with crashpoints.counting() as counts:
-                result: RunResult[Any] = mode.resume(self, ctx)
-        except HarnessError as exc:  # the harness failed (a hung child): no verdict on the runtime
-            evidence.error = str(exc)
-            return None
-        except Exception as exc:
-            evidence.resume_error = f"{type(exc).__name__}: {exc}"
-            return None
-        evidence.final_messages, evidence.final_text = result.messages, result.final_text
-        if count:
-            seen = self._resume_counts.setdefault((self.hit, self.order), {})
-            for point, n in counts.items():
-                seen[point] = max(seen.get(point, 0), n)
-        return result
+    # -- what playing a schedule needs (see :mod:`.hitrun`) ----------------------------------------------------
+    def spoil_cache(self, thread: str) -> str | None:
+        """Before a resume, a backend with a cache puts it in a wrong state (``--crash-faults=cache``)."""
+        stale = self.backend.stale_cache if self.backend is not None and "cache" in self.faults else None
+        return stale(self.checkpointer.inner, thread, self.workdir) if stale is not None else None
+
+    def keep_resume_counts(self, counts: dict[str, int]) -> None:
+        self.planner.keep(self.hit, self.order, counts)
 
     def repro(self, hit: int | None = None) -> str:
         """The command that runs this execution's schedule again (at *hit*, default this execution's)."""

@@ -20,8 +20,10 @@ resume's first read or write.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from pytest_replaysafe.orders import Orders
 
 #: The default number of depth-2 schedules per test item (cell): a depth-2 schedule costs about one and a half
 #: depth-1 hits (a crash, a crashed resume, a resume).
@@ -166,3 +168,54 @@ def summary_line(t: dict[str, int]) -> str:
         f"depth 2: {run} schedules of {t['candidates']} possible in {t['items']} items ({t['enumerated']} "
         f"enumerated, {t['sampled']} sampled by seed{shrunk}; --crash-budget={budget} per item)"
     )
+
+
+@dataclass
+class Planner:
+    """Which executions of a test body follow the first: every depth-1 hit and completion order; then, once their
+    resumes ran (and counted the points they reached), the depth-2 schedules chosen under the budget; then, after
+    a failing one, smaller ones (:func:`smaller`), each chosen once the last verdict is in."""
+
+    seed: int
+    nodeid: str
+    hits: set[int] | None
+    orders: Orders
+    depth: Depth
+    #: Per (hit, order): how often the depth-1 resume reached each point (the candidates for a second crash).
+    resume_counts: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
+    choice: Choice | None = None  # the depth-2 schedules chosen, and how
+    widest: int = 0  # the widest parallel batch of a clean run
+
+    def plans(
+        self, reached: int, current: tuple[int, int], second_crashes: bool, failing: Callable[[], list[Plan]]
+    ) -> Iterator[Plan]:
+        """*reached*: the most hits of the point in a clean run; *current*: the first execution's (hit, order);
+        *second_crashes*: depth 2 applies to this cell; *failing*: the depth-2 schedules that failed so far."""
+        wanted = sorted(self.hits) if self.hits else list(range(1, reached + 1))
+        first = [(h, o) for h in wanted if h <= reached for o in self.orders.variants(self.widest)]
+        yield from [(h, o, None) for h, o in first if (h, o) != current]
+        if self.depth.depth < 2 or not second_crashes:
+            return
+        rng = random.Random(f"{self.seed}:{self.nodeid}:depth2")
+        self.choice = choose(candidates(first, self.resume_counts), self.depth, rng)
+        yield from self.choice.plans
+        if self.depth.then is None:
+            yield from self.shrink(set(self.choice.plans), failing)
+
+    def shrink(self, ran: set[Plan], failing: Callable[[], list[Plan]]) -> Iterator[Plan]:
+        while self.choice is not None and self.choice.shrunk < SHRINK_LIMIT:
+            failed = failing()
+            if not failed:
+                return
+            fresh = [p for p in smaller(min(failed, key=size), self.resume_counts) if p not in ran]
+            if not fresh:
+                return
+            ran.add(fresh[0])
+            self.choice.shrunk += 1
+            yield fresh[0]
+
+    def keep(self, hit: int, order: int, counts: Mapping[str, int]) -> None:
+        """How often the depth-1 resume of (hit, order) reached each point (the largest over the test's drives)."""
+        seen = self.resume_counts.setdefault((hit, order), {})
+        for point, n in counts.items():
+            seen[point] = max(seen.get(point, 0), n)
