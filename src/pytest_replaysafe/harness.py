@@ -5,8 +5,9 @@ The test body runs once per hit (the plugin calls it again for each): in each ex
 crashes at that hit, resumes, and returns the resumed result, and ``crash_run.thread_id`` is that hit's thread,
 so the test's own assertions hold for every hit, not only the last.
 
-(Longer than our ~350-line guide: one class drives a cell through every mode, hit and completion order; what
-it uses is in modules of its own: modes, orders, evidence, spy, verdict, timeline, exposure.)
+(Longer than our ~350-line guide: one class drives a cell through every mode, hit, completion order and
+schedule; what it uses is in modules of its own: modes, faults, hitrun (one hit's schedule, played), schedules
+(which executions follow), orders, evidence, spy, verdict, timeline, exposure.)
 """
 
 from __future__ import annotations
