@@ -233,3 +233,44 @@ def test_a_tool_whose_intent_cannot_be_written_does_not_run_and_the_thread_stays
     store.refuse = False
     result = app(store, [refund_order]).invoke(None, {"thread_id": "t"})
     assert ran == ["0"] and result.final_text == "done"
+
+
+# -- a graph-wide default -----------------------------------------------------------------------------------
+def test_a_graph_wide_default_turns_in_doubt_detection_on_for_every_tool_that_says_nothing(
+    checkpointer: BaseCheckpointer,
+) -> None:
+    from tenxgraph.prebuilt.agent import TOOL
+
+    runs: Counter[str] = Counter()
+    plain, own = policy_tool(runs, None), policy_tool(Counter(), "retry")
+    script = [Reply(tool_calls=[("refund_order", {"order_id": "1"})]), "done"]
+
+    def graph(cp: BaseCheckpointer, tools: list[Any], default: str | None = "fail") -> Any:
+        return ReactAgent(ScriptedModel(script), tools=tools).compile(cp, on_in_doubt=default)
+
+    with crashpoints.armed("tool.after_return"), pytest.raises(CrashInjected):
+        graph(checkpointer, [plain]).invoke(MSG, {"thread_id": "t"})
+    result = graph(checkpointer, [plain]).invoke(None, {"thread_id": "t"})
+    assert sum(runs.values()) == 1 and result.messages[2].tool_results[0].status == "in_doubt"  # the default: fail
+    assert graph(checkpointer, [own]).nodes[TOOL].tools["refund_order"].policy == "retry"  # its own wins
+    off = tool(on_in_doubt="off", name="refund_order")(lambda order_id: "x")
+    assert graph(checkpointer, [off]).nodes[TOOL].tools["refund_order"].policy is None  # opted out
+    spy = SpyCheckpointer(checkpointer)
+    graph(spy, [off]).invoke(MSG, {"thread_id": "u"})
+    assert spy.calls["put_tool_intent"] == 0  # "off": no intent record, whatever the default
+    assert plain.policy is None  # compiling with a default never changes the tool itself
+
+
+@pytest.mark.parametrize(
+    ("default", "message"),
+    [
+        ("reconcile", r"on_in_doubt='reconcile'.*one of retry, fail; reconcile needs each tool's own function"),
+        ("never", r"on_in_doubt='never'.*one of retry, fail"),
+    ],
+)
+def test_a_graph_wide_default_is_retry_or_fail(default: str, message: str) -> None:
+    from tenxgraph import ConfigError
+
+    agent = ReactAgent(ScriptedModel(["done"]), tools=[policy_tool(Counter(), None)])
+    with pytest.raises(ConfigError, match=message):
+        agent.compile(on_in_doubt=default)

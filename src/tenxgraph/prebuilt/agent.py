@@ -86,5 +86,9 @@ class ReactAgent(Generic[S]):
         graph.add_edge(TOOL, MAIN)
         return graph
 
-    def compile(self, checkpointer: BaseCheckpointer | None = None) -> CompiledGraph[S]:
-        return self.graph().compile(checkpointer=checkpointer)
+    def compile(
+        self, checkpointer: BaseCheckpointer | None = None, *, on_in_doubt: str | None = None
+    ) -> CompiledGraph[S]:
+        """The agent's graph over *checkpointer*; *on_in_doubt*: the default policy of its tools (see
+        :meth:`tenxgraph.StateGraph.compile`)."""
+        return self.graph().compile(checkpointer=checkpointer, on_in_doubt=on_in_doubt)

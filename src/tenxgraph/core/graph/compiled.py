@@ -82,15 +82,36 @@ def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
 
 
+#: The graph-wide in-doubt defaults (``reconcile`` needs a function of each tool's own).
+GRAPH_IN_DOUBT_DEFAULTS = ("retry", "fail")
+
+
+def _with_in_doubt_default(fn: Any, policy: str | None) -> Any:
+    """*fn*, or the tool node it is with *policy* for each tool that says nothing of ``on_in_doubt``."""
+    if policy is not None and policy not in GRAPH_IN_DOUBT_DEFAULTS:
+        hint = (
+            "; reconcile needs each tool's own function: @tool(on_in_doubt='reconcile', reconcile=...)"
+            if policy == "reconcile"
+            else ""
+        )
+        raise ConfigError(
+            f"compile(on_in_doubt={policy!r}): a graph-wide default is one of {', '.join(GRAPH_IN_DOUBT_DEFAULTS)}"
+            f"{hint}"
+        )
+    return fn.with_in_doubt_default(policy) if policy is not None and hasattr(fn, "with_in_doubt_default") else fn
+
+
 class CompiledGraph(Generic[S]):
     """A checked graph bound to a checkpointer. Safe to create anew over the same checkpointer to resume."""
 
-    def __init__(self, graph: GraphSpec[S], checkpointer: BaseCheckpointer | None = None) -> None:
+    def __init__(
+        self, graph: GraphSpec[S], checkpointer: BaseCheckpointer | None = None, *, on_in_doubt: str | None = None
+    ) -> None:
         if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointer):
             raise ConfigError(f"checkpointer must be a BaseCheckpointer, got {type(checkpointer).__name__}")
         self.checkpointer: BaseCheckpointer = checkpointer if checkpointer is not None else InMemoryCheckpointer()
         self.state_schema: type[S] = graph.state_schema
-        self.nodes = dict(graph.nodes)
+        self.nodes = {name: _with_in_doubt_default(fn, on_in_doubt) for name, fn in graph.nodes.items()}
         self.edges = dict(graph.edges)
         self.conditional = dict(graph.conditional)
         assert graph.entry_point is not None

@@ -45,7 +45,7 @@ async def resolve_in_doubt(
     """The ledger holds an intent but no result: the call may or may not have happened. Apply the tool's policy;
     return the execution to use, or None to run the tool (again)."""
     notify("in_doubt", info)
-    policy = tool.on_in_doubt or "retry"
+    policy = tool.policy or "retry"
     where = f"(key {key!r}, thread {ctx.thread_id!r})"
     if policy == "retry":
         log.warning("tool %r was in doubt %s: running it again with the same idempotency key", call.name, where)

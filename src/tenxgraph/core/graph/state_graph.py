@@ -78,7 +78,11 @@ class StateGraph(Generic[S]):
                     f"node {name!r} has no outgoing edge; add add_edge({name!r}, END) to finish there"
                 )
 
-    def compile(self, checkpointer: BaseCheckpointer | None = None) -> CompiledGraph[S]:
-        """Check the graph and bind it to *checkpointer* (an InMemoryCheckpointer when None)."""
+    def compile(
+        self, checkpointer: BaseCheckpointer | None = None, *, on_in_doubt: str | None = None
+    ) -> CompiledGraph[S]:
+        """Check the graph and bind it to *checkpointer* (an InMemoryCheckpointer when None). *on_in_doubt*
+        (``"retry"`` or ``"fail"``): the in-doubt policy of every tool that does not say its own (see
+        :func:`tenxgraph.tool`); a tool opts out with ``on_in_doubt="off"``."""
         self.validate()
-        return CompiledGraph(self, checkpointer)
+        return CompiledGraph(self, checkpointer, on_in_doubt=on_in_doubt)

@@ -24,6 +24,10 @@ class ToolNode:
                 raise GraphBuildError(f"two tools are named {tool.name!r}; tool names must be unique")
             self.tools[tool.name] = tool
 
+    def with_in_doubt_default(self, policy: str | None) -> ToolNode:
+        """A node whose tools that say nothing of ``on_in_doubt`` get *policy* (the graph-wide default)."""
+        return ToolNode([tool.with_default_policy(policy) for tool in self.tools.values()])
+
     def schemas(self) -> list[dict[str, JSON]]:
         return [tool.schema() for tool in self.tools.values()]
 

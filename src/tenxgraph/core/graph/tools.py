@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import re
@@ -87,7 +88,8 @@ def tool(
     - ``"retry"``: run it again (with the same idempotency key), logging that it was in doubt;
     - ``"fail"``: do not run it; the model gets an error result with status ``in_doubt`` and an event is logged;
     - ``"reconcile"``: ``reconcile(idempotency_key, args)`` asks the provider; a result is recorded and used
-      without running the tool, ``None`` means it did not happen, so the tool runs.
+      without running the tool, ``None`` means it did not happen, so the tool runs;
+    - ``"off"``: no in-doubt detection, even when the graph is compiled with a default (``compile(on_in_doubt=)``).
 
     Such tools write an intent record before running (one extra ledger write per call).
     """
@@ -141,6 +143,8 @@ def _matches(value: JSON, schema: dict[str, JSON]) -> bool:
 
 
 IN_DOUBT_POLICIES = ("retry", "fail", "reconcile")
+#: A tool's ``on_in_doubt`` that keeps it out of a graph-wide default (``compile(on_in_doubt=...)``).
+IN_DOUBT_OFF = "off"
 IDEMPOTENCY_PARAM = "idempotency_key"
 Reconcile = Callable[[str, dict[str, JSON]], Any]
 """``reconcile(idempotency_key, args)``: the call's result if it did happen (asked of the provider), else None."""
@@ -173,8 +177,11 @@ class Tool:
         on_in_doubt: str | None = None,
         reconcile: Reconcile | None = None,
     ) -> Tool:
-        if on_in_doubt is not None and on_in_doubt not in IN_DOUBT_POLICIES:
-            raise ValueError(f"on_in_doubt={on_in_doubt!r} is invalid; use one of {', '.join(IN_DOUBT_POLICIES)}")
+        if on_in_doubt is not None and on_in_doubt not in (*IN_DOUBT_POLICIES, IN_DOUBT_OFF):
+            raise ValueError(
+                f"on_in_doubt={on_in_doubt!r} is invalid; use one of {', '.join(IN_DOUBT_POLICIES)}, or "
+                f"{IN_DOUBT_OFF!r} (no in-doubt detection, whatever the graph's default)"
+            )
         if (on_in_doubt == "reconcile") != (reconcile is not None):
             raise ValueError("on_in_doubt='reconcile' needs reconcile=callable(idempotency_key, args), and only it")
         if reconcile is not None and not callable(reconcile):
@@ -232,6 +239,15 @@ class Tool:
             on_in_doubt=on_in_doubt,
             reconcile=reconcile,
         )
+
+    @property
+    def policy(self) -> str | None:
+        """The in-doubt policy in force (None: no in-doubt detection, no intent record)."""
+        return None if self.on_in_doubt in (None, IN_DOUBT_OFF) else self.on_in_doubt
+
+    def with_default_policy(self, policy: str | None) -> Tool:
+        """This tool under a graph-wide default: its own ``on_in_doubt`` if it says one (``"off"`` included)."""
+        return self if self.on_in_doubt is not None or policy is None else dataclasses.replace(self, on_in_doubt=policy)
 
     def schema(self) -> dict[str, JSON]:
         """What a model is shown: name, description and JSON-schema parameters."""

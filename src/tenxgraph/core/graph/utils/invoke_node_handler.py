@@ -289,7 +289,7 @@ async def _write_intents(
     the node (:class:`IntentWriteError`) while nothing has run, so no sibling's effect is left unrecorded."""
     for call, key, _, in_doubt in to_run:
         tool = tools.get(call.name)
-        if key is None or in_doubt or tool is None or tool.on_in_doubt is None:
+        if key is None or in_doubt or tool is None or tool.policy is None:
             continue
         try:
             tool.parse_args(call.args)
@@ -335,7 +335,7 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
         else:
             results.append(None)
             tool = tools.get(call.name)
-            policy = tool.on_in_doubt if tool is not None else None
+            policy = tool.policy if tool is not None else None
             info = ToolCallInfo(ctx.thread_id, message.message_id, call.id, call.name, index, key, policy)
             to_run.append((call, key, info, in_doubt))
     await _write_intents(to_run, tools, ctx)
