@@ -415,3 +415,55 @@ def test_broken(crash_run):
     [cell] = report(pytester, result)["cells"]
     assert cell["outcome"] == "error" and cell["detail"].startswith("the clean run (no crash injected) failed:")
     assert "the payment API is misconfigured" in cell["detail"]
+
+
+EFFECT_CLASSES = """
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, tool
+
+
+@tool(effect="read")
+def lookup_order(order_id: str) -> str:
+    \"\"\"Look an order up.\"\"\"
+    return "order " + order_id
+
+
+@tool(effect="external")
+def send_email(to: str) -> str:
+    \"\"\"Send an email (never twice: a call in doubt is reported, not run again).\"\"\"
+    return "sent to " + to
+
+
+@pytest.mark.crash_matrix(points=["tool.after_return", "tool.after_record", "node.after_complete"])
+def test_effects(crash_run):
+    model = ScriptedModel([
+        Reply(tool_calls=[("lookup_order", {"order_id": "1042"}), ("send_email", {"to": "ada"})]),
+        "Done.",
+    ])
+    app = ReactAgent(model, tools=[lookup_order, send_email]).compile(checkpointer=crash_run.checkpointer)
+    assert crash_run.invoke(app, {"messages": [Message.text_message("go")]}).final_text == "Done."
+"""
+
+
+def test_a_read_rerun_is_no_gap_and_an_external_one_without_detection_is_a_violation(
+    pytester: pytest.Pytester,
+) -> None:
+    """Effect classes set what the matrix expects: a ``read`` call runs again after any crash before its node
+    completed (no record) and that is fine; an ``external`` call runs again only after a resume found it in doubt.
+    With its intents skipped (the runtime's in-doubt detection broken), the external re-run is a violation."""
+    pytester.makepyfile(test_effects=EFFECT_CLASSES)
+    args = ["--crash-matrix", "--crash-modes=inprocess", "--crash-report=matrix.json"]
+    run(pytester, *args).assert_outcomes(passed=6)  # 3 points x memory, sqlite
+    cells = report(pytester, None)["cells"]  # type: ignore[arg-type]
+    assert {c["outcome"] for c in cells} == {"protected", "in_doubt_handled"}
+    reran = [c for c in cells if any(n > 1 for n in c["executions"].values())]
+    assert reran and all("lookup_order" in " ".join(e["text"] for e in c["timeline"]) for c in reran)
+    pytester.makeconftest(
+        "from tenxgraph.core.graph.utils import invoke_node_handler as handler\n\n"
+        "async def skip(to_run, tools, ctx):\n    return None\n\n"
+        "handler._write_intents = skip\n"
+    )
+    broken = run(pytester, *args)
+    assert broken.ret == pytest.ExitCode.TESTS_FAILED
+    found = [c for c in report(pytester, broken)["cells"] if c["outcome"] == "violation"]
+    assert found and all("send_email" in c["detail"] and "without in-doubt detection" in c["detail"] for c in found)

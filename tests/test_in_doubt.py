@@ -274,3 +274,75 @@ def test_a_graph_wide_default_is_retry_or_fail(default: str, message: str) -> No
     agent = ReactAgent(ScriptedModel(["done"]), tools=[policy_tool(Counter(), None)])
     with pytest.raises(ConfigError, match=message):
         agent.compile(on_in_doubt=default)
+
+
+# -- effect classes -----------------------------------------------------------------------------------------
+def test_effect_classes_say_what_a_rerun_means(checkpointer: BaseCheckpointer) -> None:
+    runs: Counter[str] = Counter()
+
+    @tool(effect="read")
+    def lookup_order(order_id: str) -> str:
+        """Look an order up."""
+        runs["lookup"] += 1
+        return f"order {order_id}"
+
+    @tool(effect="idempotent")
+    def refund_order(order_id: str, idempotency_key: str) -> str:
+        """Refund."""
+        return idempotency_key
+
+    @tool(effect="external")
+    def send_email(to: str) -> str:
+        """Send an email."""
+        return "sent"
+
+    assert (lookup_order.policy, refund_order.policy, send_email.policy) == (None, None, "fail")
+    assert not lookup_order.recorded and refund_order.recorded and send_email.recorded
+    script = [Reply(tool_calls=[("lookup_order", {"order_id": "1"}), ("refund_order", {"order_id": "1"})]), "done"]
+    spy = SpyCheckpointer(checkpointer)
+    ReactAgent(ScriptedModel(script), tools=[lookup_order, refund_order]).compile(spy, on_in_doubt="fail").invoke(
+        MSG, {"thread_id": "t"}
+    )
+    records = checkpointer.list_tool_results("t")
+    assert len(records) == 1 and spy.calls["put_tool_intent"] == 0  # a read costs no write; idempotent no intent
+    # a read is not replayed: after a crash before the node completed, it simply runs again
+    with crashpoints.armed("node.after_complete"), pytest.raises(CrashInjected):
+        ReactAgent(ScriptedModel(script), tools=[lookup_order, refund_order]).compile(checkpointer).invoke(
+            MSG, {"thread_id": "u"}
+        )
+    before = runs["lookup"]
+    ReactAgent(ScriptedModel(script), tools=[lookup_order, refund_order]).compile(checkpointer).invoke(
+        None, {"thread_id": "u"}
+    )
+    assert runs["lookup"] == before + 1
+
+
+def test_effect_classes_refuse_what_contradicts_them() -> None:
+    with pytest.raises(ValueError, match="effect='write' is invalid; use one of read, idempotent, external"):
+        tool(effect="write")(lambda: None)
+    with pytest.raises(ValueError, match="a read tool may simply run again, so it has nothing to be in doubt about"):
+        tool(effect="read", on_in_doubt="fail")(lambda: None)
+    with pytest.raises(ValueError, match="an external effect is always watched"):
+        tool(effect="external", on_in_doubt="off")(lambda: None)
+
+    def refund(order_id: str) -> str:
+        """Refund."""
+        return order_id
+
+    with pytest.raises(TypeError, match="declare a parameter idempotency_key: str"):
+        tool(effect="idempotent")(refund)
+    assert tool(effect="external", on_in_doubt="retry")(refund).policy == "retry"  # its own policy wins
+
+
+def test_a_failed_ledger_read_never_runs_a_tool_with_an_in_doubt_policy(checkpointer: BaseCheckpointer) -> None:
+    from tenxgraph import LedgerReadError
+
+    runs: Counter[str] = Counter()
+    with crashpoints.armed("ledger.read_error", action="fault"), pytest.raises(LedgerReadError, match="refund_order"):
+        app(checkpointer, [policy_tool(runs, "fail")]).invoke(MSG, {"thread_id": "t"})
+    assert sum(runs.values()) == 0  # it never ran without knowing whether it had
+    result = app(checkpointer, [policy_tool(runs, "fail")]).invoke(None, {"thread_id": "t"})
+    assert sum(runs.values()) == 1 and result.final_text == "done"  # resumable; then it runs once
+    with crashpoints.armed("ledger.read_error", action="fault"):  # a tool without a policy still runs
+        app(checkpointer, [policy_tool(runs, None)]).invoke(MSG, {"thread_id": "v"})
+    assert sum(runs.values()) == 2

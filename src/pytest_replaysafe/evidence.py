@@ -47,6 +47,7 @@ class Entry:
     policy: str | None = None  # the tool's in-doubt policy
     ikey: str | None = None  # the idempotency key the body was given (start)
     call: str | None = None  # the harness's call identity (runtime events; see call_id_of)
+    effect: str | None = None  # the tool's effect class (read, idempotent, external), if it says one
     t: float | None = None  # when it was written: CLOCK_MONOTONIC, one clock for every process of the machine
 
     @property
@@ -89,6 +90,7 @@ class ExecutionLog:
                 ikey=info.idempotency_key if event.kind == "start" else None,
                 call=call_id_of(info.message_id, info.index),
                 t=round(event.at, 6),
+                effect=info.effect,
             )
         )
 

@@ -75,7 +75,7 @@ def play(
             played.second = (len(mid), timeline.crash_text(then.point, then.hit, mode.name) + " of the resume")
         if not evidence.error:
             played.result = _resume(run, mode, ctx, evidence, run.keep_resume_counts if count else None)
-        evidence.contest = ctx.contest
+        evidence.contest, evidence.stopped = ctx.contest, ctx.stopped
     evidence.entries = run.entries(ctx.thread)
     return played
 

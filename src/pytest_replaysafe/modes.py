@@ -68,6 +68,9 @@ class Hit:
     hit: int
     thread: str
     contest: list[str] = field(default_factory=list)
+    #: A resume that stopped by design and was resumed again (its reason): a failed ledger read with calls of
+    #: tools that have an in-doubt policy (``LedgerReadError``).
+    stopped: str | None = None
 
     @property
     def resume_input(self) -> Inputs | None:
@@ -161,10 +164,18 @@ class InProcess:
 
     def resume(self, run: Runner, hit: Hit) -> RunResult[Any]:
         from tenxgraph.core import crashpoints
+        from tenxgraph.errors import LedgerReadError
 
         try:
             arm_resume(hit.point)
-            return run.run_graph(hit.app, hit.resume_input, hit.thread, hit.resume_config, hit.stream, "resume")
+            try:
+                return run.run_graph(hit.app, hit.resume_input, hit.thread, hit.resume_config, hit.stream, "resume")
+            except LedgerReadError as exc:  # by design: nothing ran, the thread stays resumable
+                if hit.point != "ledger.read_error" or hit.stopped is not None:
+                    raise
+                hit.stopped = f"{type(exc).__name__}: {exc}"
+                crashpoints.reset()
+                return run.run_graph(hit.app, hit.resume_input, hit.thread, hit.resume_config, hit.stream, "resume")
         finally:
             crashpoints.reset()
 

@@ -60,6 +60,10 @@ class HitEvidence:
     effects: list[dict[str, Any]] | None = None  # effects applied on the hit's thread (None: no simulator)
     contest: list[str] = field(default_factory=list)  # problems the concurrent resumers found
     tools: frozenset[str] | None = None  # the marker's tools=: only their calls are judged
+    #: A resume that stopped by design instead of running calls in doubt, and was resumed again (its reason).
+    stopped: str | None = None
+    #: Set by the verdict: a call ran again as its effect class allows (a ``read``), so no gap had to show.
+    excused: bool = False
     #: Crashes during the recovery (depth 2): (point, window, calls unfinished at it that the resume had run).
     later: list[tuple[str, str | None, dict[str, str]]] = field(default_factory=list)
 
@@ -253,17 +257,28 @@ def judge(
     problems += _effect_problems(evidence, ref, {e.id: labels.get(e.hid, e.id) for e in evidence.entries})
     crashes = [(point, evidence.window, evidence.unfinished), *evidence.later]
     calls_of = {e.id: e.call for e in evidence.entries if e.call is not None}  # records carry only the key
-    # a refused record write may let a call run again, unless its policy promised it never would silently
-    policed = {e.hid for e in evidence.entries if e.policy in ("fail", "reconcile")}
+    # a call of a tool with an in-doubt policy runs again only after a resume found it in doubt (retry, or a
+    # reconcile that found nothing), never silently: not after a crash, not after a refused record write
+    policed = {e.hid for e in evidence.entries if e.policy}
     refused = Counter(calls_of.get(e.id, e.id) for e in evidence.entries if e.cond == RECORD_FAILED)
     refused = Counter({call: n for call, n in refused.items() if call not in policed})
     # timeout, missing id: unprotected by their nature
     marked = {e.hid: e.cond for e in evidence.entries if e.cond and e.cond != RECORD_FAILED}
     gaps: set[str] = set()
+    reads = {e.hid for e in evidence.entries if e.effect == "read"}  # may simply run again: no gap, no record
+    doubted = Counter(e.hid for e in evidence.entries if e.event == "in_doubt")
     for eid, n in sorted(evidence.executions().items()):
-        if n < 2:
+        if n > 1 and eid in reads:
+            evidence.excused = True
+        if n < 2 or eid in reads:
             continue
         allowed, names = _allowance(eid, crashes, marked.get(eid), rules, mode, backend, refused[eid])
+        if eid in policed and marked.get(eid) is None and n > 1 + doubted[eid]:
+            problems.append(
+                f"{labels.get(eid, eid)} executed {n} times, {n - 1 - doubted[eid]} of them again without in-doubt "
+                "detection although its tool has an in-doubt policy (was its intent written?)"
+            )
+            continue
         if n <= allowed:
             gaps |= names
             continue
@@ -278,6 +293,12 @@ def judge(
         return Outcome.VIOLATION, None, "; ".join(problems)
     if gaps:
         return Outcome.KNOWN_GAP, ",".join(sorted(gaps)), _gap_detail(evidence, gaps, labels)
+    if evidence.stopped:
+        return (
+            Outcome.IN_DOUBT_HANDLED,
+            None,
+            f"the resume stopped instead of running calls in doubt, and was resumed again: {evidence.stopped}",
+        )
     handled = {e.hid for e in evidence.entries if e.event == "in_doubt" and e.policy in ("fail", "reconcile")}
     if handled and (evidence.window is None or evidence.window in ({"*"} | handled)):  # (None: a storage fault)
         return Outcome.IN_DOUBT_HANDLED, None, "the call in the crash window was in doubt and settled without a re-run"

@@ -102,6 +102,18 @@ class IntentWriteError(TenxGraphError):
         )
 
 
+class LedgerReadError(TenxGraphError):
+    """The ledger could not be read for a message with calls of tools that have an in-doubt policy."""
+
+    def __init__(self, tools: list[str], thread_id: str, cause: BaseException) -> None:
+        self.tools, self.thread_id = tools, thread_id
+        super().__init__(
+            f"thread {thread_id!r}: the ledger could not be read ({type(cause).__name__}: {cause}), and tool(s) "
+            f"{', '.join(map(repr, tools))} have an in-doubt policy: they never run without knowing whether they "
+            "ran, so no call of the message ran; the thread stays resumable: invoke it again"
+        )
+
+
 class SerializationError(TenxGraphError, TypeError):
     """A value that must be stored is not JSON-serialisable."""
 

@@ -23,6 +23,8 @@ class ToolCallInfo:
     key: str | None
     #: The tool's in-doubt policy ("retry", "fail", "reconcile"), None when it did not opt in.
     on_in_doubt: str | None = None
+    #: The tool's effect class ("read", "idempotent", "external"), None when it says none.
+    effect: str | None = None
 
     @property
     def idempotency_key(self) -> str:

@@ -76,6 +76,7 @@ def tool(
     description: str | None = None,
     on_in_doubt: str | None = None,
     reconcile: Reconcile | None = None,
+    effect: str | None = None,
 ) -> Any:
     """Make a function a :class:`Tool` (plain functions keep working without it)::
 
@@ -92,10 +93,19 @@ def tool(
     - ``"off"``: no in-doubt detection, even when the graph is compiled with a default (``compile(on_in_doubt=)``).
 
     Such tools write an intent record before running (one extra ledger write per call).
+
+    ``effect`` says what kind of effect the tool has (see :data:`EFFECTS`), and so what a re-run means:
+
+    - ``"read"``: none; it may simply run again. No ledger record (no write, no commit), no intent, and a re-run
+      after a crash is no gap;
+    - ``"idempotent"``: it runs again with the same ``idempotency_key`` (a parameter it must declare), which the
+      provider honours; no intent (a re-run is safe), whatever the graph's in-doubt default;
+    - ``"external"``: an effect outside that cannot simply run again: in-doubt detection is always on, with
+      ``on_in_doubt``, else the graph's default, else ``"fail"``.
     """
 
     def make(f: Callable[..., Any]) -> Tool:
-        return Tool.from_function(f, name, description, on_in_doubt, reconcile)
+        return Tool.from_function(f, name, description, on_in_doubt, reconcile, effect)
 
     return make(fn) if fn is not None else make
 
@@ -145,6 +155,8 @@ def _matches(value: JSON, schema: dict[str, JSON]) -> bool:
 IN_DOUBT_POLICIES = ("retry", "fail", "reconcile")
 #: A tool's ``on_in_doubt`` that keeps it out of a graph-wide default (``compile(on_in_doubt=...)``).
 IN_DOUBT_OFF = "off"
+#: What a tool's ``effect=`` may say (see :func:`tool`).
+EFFECTS = ("read", "idempotent", "external")
 IDEMPOTENCY_PARAM = "idempotency_key"
 Reconcile = Callable[[str, dict[str, JSON]], Any]
 """``reconcile(idempotency_key, args)``: the call's result if it did happen (asked of the provider), else None."""
@@ -167,6 +179,7 @@ class Tool:
     injected: dict[str, str] = field(default_factory=dict)
     on_in_doubt: str | None = None
     reconcile: Reconcile | None = None
+    effect: str | None = None
 
     @classmethod
     def from_function(
@@ -176,6 +189,7 @@ class Tool:
         description: str | None = None,
         on_in_doubt: str | None = None,
         reconcile: Reconcile | None = None,
+        effect: str | None = None,
     ) -> Tool:
         if on_in_doubt is not None and on_in_doubt not in (*IN_DOUBT_POLICIES, IN_DOUBT_OFF):
             raise ValueError(
@@ -184,6 +198,15 @@ class Tool:
             )
         if (on_in_doubt == "reconcile") != (reconcile is not None):
             raise ValueError("on_in_doubt='reconcile' needs reconcile=callable(idempotency_key, args), and only it")
+        if effect is not None and effect not in EFFECTS:
+            raise ValueError(f"effect={effect!r} is invalid; use one of {', '.join(EFFECTS)}")
+        if effect in ("read", "idempotent") and on_in_doubt not in (None, IN_DOUBT_OFF):
+            raise ValueError(
+                f"effect={effect!r} with on_in_doubt={on_in_doubt!r}: a {effect} tool may simply run again, so it "
+                "has nothing to be in doubt about; drop on_in_doubt, or say effect='external'"
+            )
+        if effect == "external" and on_in_doubt == IN_DOUBT_OFF:
+            raise ValueError("effect='external' with on_in_doubt='off': an external effect is always watched")
         if reconcile is not None and not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {reconcile!r}")
         if not callable(fn):
@@ -229,6 +252,11 @@ class Tool:
         }
         if required:
             parameters["required"] = required
+        if effect == "idempotent" and IDEMPOTENCY_PARAM not in injected:
+            raise TypeError(
+                f"tool {tool_name!r}: effect='idempotent' runs again with the same key; declare a parameter "
+                f"{IDEMPOTENCY_PARAM}: str and pass it to the provider"
+            )
         return cls(
             name=tool_name,
             description=description if description is not None else summary,
@@ -238,16 +266,27 @@ class Tool:
             injected=injected,
             on_in_doubt=on_in_doubt,
             reconcile=reconcile,
+            effect=effect,
         )
 
     @property
     def policy(self) -> str | None:
         """The in-doubt policy in force (None: no in-doubt detection, no intent record)."""
-        return None if self.on_in_doubt in (None, IN_DOUBT_OFF) else self.on_in_doubt
+        if self.effect in ("read", "idempotent") or self.on_in_doubt == IN_DOUBT_OFF:
+            return None
+        return self.on_in_doubt or ("fail" if self.effect == "external" else None)
+
+    @property
+    def recorded(self) -> bool:
+        """Whether its calls are recorded in the ledger (a ``read`` tool's are not: it may simply run again)."""
+        return self.effect != "read"
 
     def with_default_policy(self, policy: str | None) -> Tool:
-        """This tool under a graph-wide default: its own ``on_in_doubt`` if it says one (``"off"`` included)."""
-        return self if self.on_in_doubt is not None or policy is None else dataclasses.replace(self, on_in_doubt=policy)
+        """This tool under a graph-wide default: its own ``on_in_doubt`` (``"off"`` included) or effect class
+        (``read`` and ``idempotent`` need none) if it says one."""
+        if self.on_in_doubt is not None or policy is None or self.effect in ("read", "idempotent"):
+            return self
+        return dataclasses.replace(self, on_in_doubt=policy)
 
     def schema(self) -> dict[str, JSON]:
         """What a model is shown: name, description and JSON-schema parameters."""

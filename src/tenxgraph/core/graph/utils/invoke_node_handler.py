@@ -58,7 +58,7 @@ from tenxgraph.core.graph.tool_call import (
 )
 from tenxgraph.core.graph.tools import Tool, ToolArgumentError, ToolOutput
 from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock
-from tenxgraph.errors import RunLockLostError, SerializationError, ToolTimeoutError
+from tenxgraph.errors import LedgerReadError, RunLockLostError, SerializationError, ToolTimeoutError
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.events import emit_event
 from tenxgraph.utils.sync import to_thread
@@ -202,7 +202,7 @@ async def _execute(
     else:
         execution = execution_of(call, key, value)
     crash_point("tool.after_return")
-    if key is None:
+    if key is None or not tool.recorded:  # a read tool may simply run again: no record, no commit
         return execution
     return await _record(execution, key, ctx, info)
 
@@ -244,7 +244,9 @@ async def _record(execution: ToolExecution, key: str, ctx: RunContext, info: Too
     return ToolExecution(execution.call, key, execution.result, execution.update, recorded=True)
 
 
-async def _read_ledger(keys: list[str], calls: dict[str, ToolCallBlock], ctx: RunContext) -> dict[str, JSON]:
+async def _read_ledger(
+    keys: list[str], calls: dict[str, ToolCallBlock], ctx: RunContext, tools: Mapping[str, Tool]
+) -> dict[str, JSON]:
     if not keys:
         return {}
     try:
@@ -253,6 +255,9 @@ async def _read_ledger(keys: list[str], calls: dict[str, ToolCallBlock], ctx: Ru
     except RunLockLostError:
         raise  # not a failed read: the thread is another run's now, and no tool may run
     except Exception as exc:
+        watched = sorted({c.name for c in calls.values() if (t := tools.get(c.name)) is not None and t.policy})
+        if watched:  # they never run without knowing whether they ran: the run stops, the thread stays resumable
+            raise LedgerReadError(watched, ctx.thread_id, exc) from exc
         for key in keys:
             log.warning(
                 "ledger read failed (%s: %s); running tool %r without replay protection (key %r, thread %r): "
@@ -323,7 +328,7 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
                 ctx.thread_id,
             )
     protected = {k: c for k, c in zip(keys, calls, strict=True) if k is not None}
-    records: Mapping[str, JSON] = await _read_ledger(list(dict.fromkeys(protected)), protected, ctx)
+    records: Mapping[str, JSON] = await _read_ledger(list(dict.fromkeys(protected)), protected, ctx, tools)
     results: list[ToolExecution | None] = []
     to_run: list[tuple[ToolCallBlock, str | None, ToolCallInfo, bool]] = []
     for index, (call, key) in enumerate(zip(calls, keys, strict=True)):
@@ -336,7 +341,8 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
             results.append(None)
             tool = tools.get(call.name)
             policy = tool.policy if tool is not None else None
-            info = ToolCallInfo(ctx.thread_id, message.message_id, call.id, call.name, index, key, policy)
+            effect = tool.effect if tool is not None else None
+            info = ToolCallInfo(ctx.thread_id, message.message_id, call.id, call.name, index, key, policy, effect)
             to_run.append((call, key, info, in_doubt))
     await _write_intents(to_run, tools, ctx)
     order = completion_order()
