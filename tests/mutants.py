@@ -23,7 +23,7 @@ BACKENDS = (InMemoryCheckpointer, SqliteCheckpointer, PgCheckpointer)
 
 
 def ledger_read_misses() -> None:
-    async def read(keys: Any, calls: Any, ctx: Any) -> dict[str, Any]:
+    async def read(keys: Any, calls: Any, ctx: Any, tools: Any) -> dict[str, Any]:
         return {}
 
     handler._read_ledger = read
@@ -75,8 +75,8 @@ def key_from_call_id_only() -> None:
 def replay_first_record() -> None:
     original = handler._read_ledger
 
-    async def read(keys: list[str], calls: Any, ctx: Any) -> dict[str, Any]:
-        found = await original(keys, calls, ctx)
+    async def read(keys: list[str], calls: Any, ctx: Any, tools: Any) -> dict[str, Any]:
+        found = await original(keys, calls, ctx, tools)
         first = next((found[k] for k in keys if k in found), None)
         return {k: first for k in found}
 
@@ -147,8 +147,8 @@ def ledger_read_prefix_only() -> None:
     leaves a non-prefix set of siblings recorded shows it (see ``--crash-orders``)."""
     original = handler._read_ledger
 
-    async def read(keys: list[str], calls: Any, ctx: Any) -> dict[str, Any]:
-        found = await original(keys, calls, ctx)
+    async def read(keys: list[str], calls: Any, ctx: Any, tools: Any) -> dict[str, Any]:
+        found = await original(keys, calls, ctx, tools)
         prefix: dict[str, Any] = {}
         for key in keys:
             if key not in found:
@@ -169,8 +169,8 @@ def replay_consumes_records() -> None:
     original_read, original_invoke = handler._read_ledger, tool_node.invoke_tool_calls
     consumed: dict[str, dict[str, Any]] = {}
 
-    async def read(keys: list[str], calls: Any, ctx: Any) -> dict[str, Any]:
-        found = await original_read(keys, calls, ctx)
+    async def read(keys: list[str], calls: Any, ctx: Any, tools: Any) -> dict[str, Any]:
+        found = await original_read(keys, calls, ctx, tools)
         store = ctx.checkpointer
         while hasattr(store, "inner"):
             store = store.inner
@@ -262,6 +262,25 @@ def intent_failure_ignored() -> None:
     handler.write_intent = write_intent
 
 
+def intents_not_written() -> None:
+    """In-doubt detection broken: no intent is written, so a tool with a policy is re-run silently after a crash."""
+
+    async def skip(to_run: Any, tools: Any, ctx: Any) -> None:
+        return None
+
+    handler._write_intents = skip
+
+
+def ledger_read_failure_runs_everything() -> None:
+    """A failed ledger read runs every call, those of tools with an in-doubt policy too (blind)."""
+    original = handler._read_ledger
+
+    async def read(keys: list[str], calls: Any, ctx: Any, tools: Any) -> dict[str, Any]:
+        return await original(keys, calls, ctx, {})  # as if no tool had a policy
+
+    handler._read_ledger = read
+
+
 MUTANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (
@@ -282,6 +301,8 @@ MUTANTS: dict[str, Callable[[], None]] = {
         no_retries,
         cache_errors_raised,
         intent_failure_ignored,
+        intents_not_written,
+        ledger_read_failure_runs_everything,
     )
 }
 #: Mutants that need a dimension beyond one crash in one seeded order to be seen for sure.
