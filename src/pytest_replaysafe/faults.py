@@ -97,8 +97,11 @@ def drop_connections(checkpointer: BaseCheckpointer) -> str:
         raise RuntimeError(f"the drop fault needs a PostgreSQL checkpointer built from a DSN, got {checkpointer!r}")
     port = _port_of(dsn)
     ports = client_ports(port)
-    if not ports:
-        return "no PostgreSQL connection of the run's process was open"
+    if not ports:  # never a silent no-op: a cell whose fault did nothing would pass for nothing
+        raise RuntimeError(
+            f"the drop fault found no TCP connection of this process to PostgreSQL port {port} (a Unix-socket DSN "
+            "cannot be dropped this way: give REPLAYSAFE_PG_DSN a host and port)"
+        )
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
         rows = conn.execute(
             "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity WHERE client_port = ANY(%s) "
