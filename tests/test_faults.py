@@ -211,3 +211,25 @@ def test_a_tool_run_without_its_intent_is_caught_only_when_the_disk_goes_read_on
     caught = in_doubt_matrix(tmp_path / "ro", "intent_failure_ignored", "--crash-faults=readonly")
     found = [c for c in caught["cells"] if c["outcome"] == "violation"]
     assert found and all(c["mode"] == "readonly" and "open_ticket" in c["detail"] for c in found)
+
+
+def test_a_drop_that_finds_nothing_to_drop_is_an_error_cell_never_a_pass(tmp_path: Path, pg_dsn: str) -> None:
+    """Over a Unix socket there is no client port to find: the fault cannot be applied, and the cell says so."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    socket_dir = "/var/run/postgresql"
+    if not os.path.isdir(socket_dir):
+        pytest.skip(f"no PostgreSQL socket directory {socket_dir} on this machine")
+    dsn = make_conninfo(pg_dsn, host=socket_dir, port=str(conninfo_to_dict(pg_dsn).get("port") or 5432))
+    env_before = os.environ.get(services.ENV_PG)
+    os.environ[services.ENV_PG] = dsn
+    try:
+        data = matrix(tmp_path / "sock", None, "postgres", "--crash-faults=drop", "--crash-modes=drop")
+    finally:
+        if env_before is None:
+            os.environ.pop(services.ENV_PG, None)
+        else:
+            os.environ[services.ENV_PG] = env_before
+    cells = data["cells"]
+    assert cells and {c["outcome"] for c in cells} == {"error"}
+    assert all("found no TCP connection of this process to PostgreSQL" in c["detail"] for c in cells)

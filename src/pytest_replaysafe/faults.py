@@ -250,16 +250,24 @@ class FaultMode(InProcess):
         window: dict[str, str] = {}
         done: list[str] = []
         at: list[float] = []
+        failed: list[str] = []  # the fault could not be applied (the runtime may swallow the error: a tool's)
 
         def inject(name: str, n: int) -> None:
             at.append(time.monotonic())
-            done.append(self.inject(run))
+            try:
+                done.append(self.inject(run))
+            except Exception as exc:
+                failed.append(f"{type(exc).__name__}: {exc}")
+                raise
 
         crashpoints.reset()
         try:
             arm_crash(hit.point, hit.hit, window, inject)
             result = run.run_graph(hit.app, hit.input, hit.thread, hit.config, hit.stream, "crash")
         except Exception as exc:
+            if failed:
+                self.recover(run)
+                return Crash(False, error=f"the {self.name} fault could not be applied: {failed[0]}")
             if not done:
                 self.recover(run)
                 return Crash(False, error=f"the run failed before its fault: {type(exc).__name__}: {exc}")
@@ -268,6 +276,8 @@ class FaultMode(InProcess):
         finally:
             crashpoints.reset()
         self.recover(run)
+        if failed:
+            return Crash(False, error=f"the {self.name} fault could not be applied: {failed[0]}")
         if not done:
             return Crash(False)
         return Crash(True, window.get("id"), note=f"{done[0]}; the run went on and finished", result=result, at=at[0])
