@@ -19,6 +19,7 @@ from pytest_replaysafe.evidence import Entry, unfinished_since
 from pytest_replaysafe.gaps import KNOWN_GAPS
 from pytest_replaysafe.schedules import DEFAULT_BUDGET, REPLAY_PATH, Depth, Then, candidates, choose, smaller
 from pytest_replaysafe.verdict import HitEvidence, Reference, judge
+from tests import browser
 
 ROOT = Path(__file__).resolve().parents[1]
 PARALLEL = ROOT / "examples/parallel_tools/test_parallel_tools.py"
@@ -101,7 +102,7 @@ def test_each_crash_allows_one_more_run_of_the_call_it_left_unfinished_and_no_mo
 
 
 def test_depth_two_runs_two_crashes_per_schedule_and_repeats_one_exactly(tmp_path: Path) -> None:
-    data = matrix(tmp_path / "d2", None, "--crash-depth=2", "--crash-modes=inprocess,sigkill")
+    data = matrix(tmp_path / "d2", None, "--crash-depth=2", "--crash-modes=inprocess,sigkill", "--crash-html=m.html")
     assert violations(data) == [] and data["summary"]["protected"] > 0
     deep = [c for c in data["cells"] if c["then"]]
     shallow = [c for c in data["cells"] if not c["then"]]
@@ -117,6 +118,11 @@ def test_depth_two_runs_two_crashes_per_schedule_and_repeats_one_exactly(tmp_pat
     # a call run three times (in flight at the first crash, returned again at the second) is a known gap
     thrice = [c for c in deep if max(c["executions"].values(), default=0) == 3]
     assert thrice and all(c["outcome"] == "known_gap" for c in thrice)
+    if browser.chromium() is not None or os.environ.get(browser.ENV_REQUIRE):  # the HTML page shows both crashes
+        index = data["cells"].index(deep[0])
+        shown = browser.render(tmp_path / "d2" / "m.html", f"cell={index}")
+        crashes = [text for phase, text in shown.timeline if phase == "crash"]
+        assert len(crashes) == 2 and crashes[1].endswith(" of the resume"), shown.timeline
     one = next(c for c in deep if c["mode"] == "sigkill" and c["hit"] == 2)
     repro = shlex.split(one["repro"])[1:]
     again = matrix(tmp_path / "again", None, *[a for a in repro if not a.startswith("--crash-seed")])
