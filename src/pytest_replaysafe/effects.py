@@ -7,6 +7,10 @@ crash point ``tool.in_flight`` fires: the effect is done, the tool has not retur
 
 Every effect is stored with the thread and node that applied it, inside a tool or not: the crash matrix counts an
 effect that a plain graph node applied again after a resume as a violation.
+
+A transactional tool applies its effect with ``effects.apply_in(tx, kind, payload)``: the effect is a row in the
+checkpointer's own database, written in the tool's transaction, so it commits (or rolls back) with the tool's
+ledger record; :meth:`Effects.applied` reads those rows too, and the crash matrix checks they committed once.
 """
 
 from __future__ import annotations
@@ -31,11 +35,16 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS effects (
 )"""
 
 
+_TX_SCHEMA = _SCHEMA.replace("effects (", "replaysafe_effects (", 1).replace(" UNIQUE", "")
+_COLUMNS = "kind, payload, idempotency_key, execution_id, thread_id, node"
+
+
 class Effects:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         with self._connect() as conn:
             conn.execute(_SCHEMA)
+            conn.execute("CREATE TABLE IF NOT EXISTS tx_databases (path TEXT PRIMARY KEY)")
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
@@ -69,6 +78,23 @@ class Effects:
         crash_point("tool.in_flight")
         return {"effect_id": effect_id, "applied": True}
 
+    def apply_in(self, tx: sqlite3.Connection, kind: str, payload: Any = None) -> dict[str, Any]:
+        """Apply an effect inside a transactional tool's transaction *tx* (SQLite): it commits with the tool's
+        ledger record, or not at all. ``tool.in_flight`` fires once it is written (not yet committed)."""
+        call = current_tool_call()
+        run = current_run()
+        database = next(str(row[2]) for row in tx.execute("PRAGMA database_list") if row[1] == "main")
+        with self._connect() as conn:  # where to find these effects, from any process of the cell
+            conn.execute("INSERT OR IGNORE INTO tx_databases (path) VALUES (?)", (database,))
+        tx.execute(_TX_SCHEMA)
+        cur = tx.execute(
+            f"INSERT INTO replaysafe_effects ({_COLUMNS}) VALUES (?, ?, NULL, ?, ?, ?)",
+            (kind, json.dumps(payload, sort_keys=True), call.execution_id if call else None,
+             call.thread_id if call else None, run.node if run else None),
+        )  # fmt: skip
+        crash_point("tool.in_flight")
+        return {"effect_id": f"T-{cur.lastrowid}", "applied": True}
+
     def lookup(self, idempotency_key: str) -> dict[str, Any] | None:
         """What a provider answers to "did you apply this key?": the effect's result, or None. For ``reconcile``."""
         conn = self._connect()
@@ -91,8 +117,17 @@ class Effects:
         conn = self._connect()
         try:
             rows = conn.execute(sql + " ORDER BY seq", params).fetchall()
+            databases = [str(r[0]) for r in conn.execute("SELECT path FROM tx_databases")]
         finally:
             conn.close()
+        for database in databases:  # the committed effects of transactional tools
+            tx = sqlite3.connect(database, timeout=30)
+            try:
+                if tx.execute("SELECT 1 FROM sqlite_master WHERE name = 'replaysafe_effects'").fetchone():
+                    rows += tx.execute(sql.replace("FROM effects", "FROM replaysafe_effects") + " ORDER BY seq",
+                                       params).fetchall()  # fmt: skip
+            finally:
+                tx.close()
         return [
             {"kind": k, "payload": json.loads(p), "idempotency_key": i, "execution_id": e, "thread_id": t, "node": n}
             for k, p, i, e, t, n in rows

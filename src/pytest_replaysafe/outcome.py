@@ -12,6 +12,7 @@ class Outcome(StrEnum):
 
     PROTECTED = "protected"  # every recorded call ran at most once and was answered with its own result
     IN_DOUBT_HANDLED = "in_doubt_handled"  # the call in the crash window was in doubt and settled without a re-run
+    EXACTLY_ONCE = "exactly_once"  # a transactional call ran again, its writes rolled back: they committed once
     KNOWN_GAP = "known_gap"  # a duplicate exactly where the gap table expects one
     VIOLATION = "violation"  # a duplicate, a wrong or lost answer, a repeated effect, a failed resume
     FAILED = "failed"  # the test's own assertions failed in this cell
@@ -37,6 +38,7 @@ SEVERITY = (
     Outcome.VACUOUS,
     Outcome.KNOWN_GAP,
     Outcome.IN_DOUBT_HANDLED,
+    Outcome.EXACTLY_ONCE,
     Outcome.PROTECTED,
     Outcome.NOT_APPLICABLE,
 )
@@ -47,10 +49,14 @@ SYMBOLS = {
     Outcome.VACUOUS: "V",
     Outcome.KNOWN_GAP: "g",
     Outcome.IN_DOUBT_HANDLED: "d",
+    Outcome.EXACTLY_ONCE: "=",
     Outcome.PROTECTED: "+",
     Outcome.NOT_APPLICABLE: ".",
 }
-LEGEND = "+ protected  d in doubt, handled  g known gap (expected)  X violation  F failed  V vacuous  E error"
+LEGEND = (
+    "+ protected  = exactly once  d in doubt, handled  g known gap (expected)  X violation  F failed  V vacuous  "
+    "E error"
+)
 
 
 def worst(outcomes: list[Outcome]) -> Outcome:

@@ -131,7 +131,7 @@ def closing_lines(
     names = {c["backend"] for c in cells if c["outcome"] != Outcome.NOT_APPLICABLE}
     backends = ", ".join(sorted(names, key=lambda b: grid.column_order((b, ""))))
     failing = {o: n for o, n in counts.items() if n and Outcome(o).failing}
-    held = counts[Outcome.PROTECTED] + counts[Outcome.IN_DOUBT_HANDLED]
+    held = counts[Outcome.PROTECTED] + counts[Outcome.IN_DOUBT_HANDLED] + counts[Outcome.EXACTLY_ONCE]
     if failing:
         what = ", ".join(f"{n} {o}" for o, n in failing.items())
         first = f"NOT PROVED: {what} cells (each one is above, with its repro command)"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 from pytest_replaysafe.evidence import Entry, ExecutionLog, fingerprint
 from pytest_replaysafe.gaps import RECORD_FAILED
@@ -68,6 +69,18 @@ class RecordingCheckpointer(DelegatingCheckpointer):
             if not isinstance(outcome, SerializationError):
                 self.log.write(Entry(thread_id, key, "recorded", tool, fp))
         return written
+
+    async def atransact(
+        self, thread_id: str, key: str, work: Callable[[Any], dict[str, JSON]]
+    ) -> tuple[dict[str, JSON], bool]:
+        """A transactional tool's record, logged once committed (with the tool's writes)."""
+        stored, wrote = await self.inner.atransact(thread_id, key, work)
+        if wrote:
+            tool = str(stored["tool"]) if stored.get("tool") else None
+            fp = fingerprint(stored.get("output"))
+            self.log.write(Entry(thread_id, key, "record", tool, fp, bool(stored.get("is_error"))))
+            self.log.write(Entry(thread_id, key, "recorded", tool, fp))
+        return stored, wrote
 
     @contextlib.asynccontextmanager
     async def arun_lock(self, thread_id: str) -> AsyncIterator[None]:

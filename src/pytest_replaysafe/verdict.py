@@ -266,10 +266,28 @@ def judge(
     marked = {e.hid: e.cond for e in evidence.entries if e.cond and e.cond != RECORD_FAILED}
     gaps: set[str] = set()
     reads = {e.hid for e in evidence.entries if e.effect == "read"}  # may simply run again: no gap, no record
+    # a transactional call's writes commit with its record: what counts is how often that committed
+    transactional = {e.hid for e in evidence.entries if e.effect == "transactional"}
+    commits = Counter(calls_of.get(e.id, e.id) for e in evidence.entries if e.event == "recorded")
+    applied = Counter(calls_of.get(str(f.get("execution_id")), "") for f in evidence.effects or [])
+    exactly_once = []
+    if transactional and (evidence.window in ("*", None) or evidence.window in transactional):
+        evidence.excused = True  # a transactional call closes the point's gap: it need not show
     doubted = Counter(e.hid for e in evidence.entries if e.event == "in_doubt")
     for eid, n in sorted(evidence.executions().items()):
         if n > 1 and eid in reads:
             evidence.excused = True
+        if n > 1 and eid in transactional:
+            if commits[eid] > 1:
+                problems.append(f"{labels.get(eid, eid)} committed its writes {commits[eid]} times")
+            elif applied[eid] > 1:
+                problems.append(
+                    f"{labels.get(eid, eid)} ran {n} times and its effect was applied {applied[eid]} times: its "
+                    "writes did not commit with its ledger record"
+                )
+            else:
+                exactly_once.append(f"{labels.get(eid, eid)} ran {n} times, its writes committed once")
+            continue
         if n < 2 or eid in reads:
             continue
         allowed, names = _allowance(eid, crashes, marked.get(eid), rules, mode, backend, refused[eid])
@@ -293,6 +311,10 @@ def judge(
         return Outcome.VIOLATION, None, "; ".join(problems)
     if gaps:
         return Outcome.KNOWN_GAP, ",".join(sorted(gaps)), _gap_detail(evidence, gaps, labels)
+    if exactly_once:
+        evidence.excused = True
+        detail = "; ".join(exactly_once) + " (the attempts a crash cut short were rolled back with their record)"
+        return Outcome.EXACTLY_ONCE, None, detail
     if evidence.stopped:
         return (
             Outcome.IN_DOUBT_HANDLED,

@@ -101,6 +101,18 @@ def _with_in_doubt_default(fn: Any, policy: str | None) -> Any:
     return fn.with_in_doubt_default(policy) if policy is not None and hasattr(fn, "with_in_doubt_default") else fn
 
 
+def _check_transactional(nodes: Mapping[str, Any], checkpointer: BaseCheckpointer) -> None:
+    """A transactional tool needs a checkpointer whose database can hold its writes: an error now, not at run time."""
+    for fn in nodes.values():
+        for tool in getattr(fn, "tools", {}).values():
+            if getattr(tool, "effect", None) == "transactional" and not checkpointer.transactions:
+                raise ConfigError(
+                    f"tool {tool.name!r} is transactional (its writes commit with its ledger record), and "
+                    f"{type(checkpointer).__name__} cannot run a tool in the ledger's transaction: compile it with "
+                    "a SqliteCheckpointer"
+                )
+
+
 class CompiledGraph(Generic[S]):
     """A checked graph bound to a checkpointer. Safe to create anew over the same checkpointer to resume."""
 
@@ -112,6 +124,7 @@ class CompiledGraph(Generic[S]):
         self.checkpointer: BaseCheckpointer = checkpointer if checkpointer is not None else InMemoryCheckpointer()
         self.state_schema: type[S] = graph.state_schema
         self.nodes = {name: _with_in_doubt_default(fn, on_in_doubt) for name, fn in graph.nodes.items()}
+        _check_transactional(self.nodes, self.checkpointer)
         self.edges = dict(graph.edges)
         self.conditional = dict(graph.conditional)
         assert graph.entry_point is not None

@@ -101,7 +101,12 @@ def tool(
     - ``"idempotent"``: it runs again with the same ``idempotency_key`` (a parameter it must declare), which the
       provider honours; no intent (a re-run is safe), whatever the graph's in-doubt default;
     - ``"external"``: an effect outside that cannot simply run again: in-doubt detection is always on, with
-      ``on_in_doubt``, else the graph's default, else ``"fail"``.
+      ``on_in_doubt``, else the graph's default, else ``"fail"``;
+    - ``"transactional"``: its effect is a write to the checkpointer's own database, made through the parameter
+      ``tx`` (the connection, inside the ledger's transaction): the writes and the ledger record commit together,
+      and a crash or an exception rolls both back, so the effect happens exactly once. On SQLite the tool is a
+      plain function (it runs in a worker thread, inside ``BEGIN IMMEDIATE``); a checkpointer that cannot do it
+      is an error when the graph is compiled.
     """
 
     def make(f: Callable[..., Any]) -> Tool:
@@ -156,7 +161,9 @@ IN_DOUBT_POLICIES = ("retry", "fail", "reconcile")
 #: A tool's ``on_in_doubt`` that keeps it out of a graph-wide default (``compile(on_in_doubt=...)``).
 IN_DOUBT_OFF = "off"
 #: What a tool's ``effect=`` may say (see :func:`tool`).
-EFFECTS = ("read", "idempotent", "external")
+EFFECTS = ("read", "idempotent", "external", "transactional")
+#: The parameter a transactional tool declares to receive the ledger's open transaction (its connection).
+TX_PARAM = "tx"
 IDEMPOTENCY_PARAM = "idempotency_key"
 Reconcile = Callable[[str, dict[str, JSON]], Any]
 """``reconcile(idempotency_key, args)``: the call's result if it did happen (asked of the provider), else None."""
@@ -200,7 +207,7 @@ class Tool:
             raise ValueError("on_in_doubt='reconcile' needs reconcile=callable(idempotency_key, args), and only it")
         if effect is not None and effect not in EFFECTS:
             raise ValueError(f"effect={effect!r} is invalid; use one of {', '.join(EFFECTS)}")
-        if effect in ("read", "idempotent") and on_in_doubt not in (None, IN_DOUBT_OFF):
+        if effect in ("read", "idempotent", "transactional") and on_in_doubt not in (None, IN_DOUBT_OFF):
             raise ValueError(
                 f"effect={effect!r} with on_in_doubt={on_in_doubt!r}: a {effect} tool may simply run again, so it "
                 "has nothing to be in doubt about; drop on_in_doubt, or say effect='external'"
@@ -229,6 +236,9 @@ class Tool:
             if _is_context(hint):
                 injected[param.name] = "context"
                 continue
+            if param.name == TX_PARAM and effect == "transactional":
+                injected[param.name] = "transaction"
+                continue
             if param.name == IDEMPOTENCY_PARAM:
                 if hint not in (str, Any):
                     raise TypeError(f"tool {tool_name!r}: parameter idempotency_key is injected and must be a str")
@@ -252,6 +262,12 @@ class Tool:
         }
         if required:
             parameters["required"] = required
+        if effect == "transactional" and (TX_PARAM not in injected or inspect.iscoroutinefunction(fn)):
+            raise TypeError(
+                f"tool {tool_name!r}: effect='transactional' makes its writes through the ledger's transaction: "
+                f"declare a parameter {TX_PARAM} (the database connection), and make the tool a plain function "
+                "(on SQLite it runs in a worker thread, inside the transaction)"
+            )
         if effect == "idempotent" and IDEMPOTENCY_PARAM not in injected:
             raise TypeError(
                 f"tool {tool_name!r}: effect='idempotent' runs again with the same key; declare a parameter "
@@ -269,10 +285,15 @@ class Tool:
             effect=effect,
         )
 
+    def injected_args(self, info: ToolCallInfo) -> dict[str, Any]:
+        """The values of the parameters the runtime fills in (the transaction's connection aside)."""
+        return {p: info if kind == "context" else info.idempotency_key for p, kind in self.injected.items()
+                if kind != "transaction"}  # fmt: skip
+
     @property
     def policy(self) -> str | None:
         """The in-doubt policy in force (None: no in-doubt detection, no intent record)."""
-        if self.effect in ("read", "idempotent") or self.on_in_doubt == IN_DOUBT_OFF:
+        if self.effect in ("read", "idempotent", "transactional") or self.on_in_doubt == IN_DOUBT_OFF:
             return None
         return self.on_in_doubt or ("fail" if self.effect == "external" else None)
 
@@ -284,7 +305,7 @@ class Tool:
     def with_default_policy(self, policy: str | None) -> Tool:
         """This tool under a graph-wide default: its own ``on_in_doubt`` (``"off"`` included) or effect class
         (``read`` and ``idempotent`` need none) if it says one."""
-        if self.on_in_doubt is not None or policy is None or self.effect in ("read", "idempotent"):
+        if self.on_in_doubt is not None or policy is None or self.effect in ("read", "idempotent", "transactional"):
             return self
         return dataclasses.replace(self, on_in_doubt=policy)
 

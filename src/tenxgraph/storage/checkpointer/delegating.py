@@ -3,7 +3,7 @@ backend (test spies, the crash-matrix harness's ledger recorder) without re-impl
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -27,6 +27,15 @@ class DelegatingCheckpointer(BaseCheckpointer):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.inner!r})"
+
+    @property
+    def transactions(self) -> bool:  # type: ignore[override]  # read-only: the inner checkpointer's
+        return self.inner.transactions
+
+    async def atransact(
+        self, thread_id: str, key: str, work: Callable[[Any], dict[str, JSON]]
+    ) -> tuple[dict[str, JSON], bool]:
+        return await self.inner.atransact(thread_id, key, work)
 
     async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
         return await self.inner.aget_thread(thread_id)

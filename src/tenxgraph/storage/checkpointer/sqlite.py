@@ -40,6 +40,7 @@ from tenxgraph.storage.checkpointer.base import (
     prune_in_batches,
 )
 from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.sync import to_thread
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS threads (
@@ -232,6 +233,40 @@ class SqliteCheckpointer(BaseCheckpointer):
         encoded = encode_messages(messages)
         with self._tx() as conn:
             _insert_messages(conn, check_thread_id(thread_id), encoded)
+
+    # -- a tool's writes in the ledger's transaction -----------------------------------------------------
+    transactions = True
+
+    async def atransact(
+        self, thread_id: str, key: str, work: Callable[[sqlite3.Connection], dict[str, JSON]]
+    ) -> tuple[dict[str, JSON], bool]:
+        """The tool runs in a worker thread on this checkpointer's connection, inside ``BEGIN IMMEDIATE`` (one
+        writer at a time: the process's other storage calls wait for it, other processes up to ``timeout``)."""
+        check_thread_id(thread_id)
+        return await to_thread(self._transact, thread_id, key, work)
+
+    def _transact(
+        self, thread_id: str, key: str, work: Callable[[sqlite3.Connection], dict[str, JSON]]
+    ) -> tuple[dict[str, JSON], bool]:
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(
+                    "SELECT result FROM tool_executions WHERE thread_id = ? AND key = ? AND status = 'completed'",
+                    (thread_id, key),
+                ).fetchone()
+                if row is not None:  # recorded already (by another run): the effect is not made again
+                    conn.execute("ROLLBACK")
+                    return decode_record(str(row[0])), False
+                record = work(conn)
+                conn.execute(_PUT_RESULT, (thread_id, key, dumps(record, f"ledger record {key!r}"), time.time()))
+                conn.execute("COMMIT")
+            except BaseException:  # an exception, a crash: the tool's writes and the record go together
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return record, True
 
     # -- tool ledger ------------------------------------------------------------------------------------
     async def aget_tool_results(self, thread_id: str, keys: Sequence[str]) -> dict[str, dict[str, JSON]]:

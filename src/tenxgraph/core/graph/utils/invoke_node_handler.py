@@ -57,6 +57,7 @@ from tenxgraph.core.graph.tool_call import (
     wait_for_turn,
 )
 from tenxgraph.core.graph.tools import Tool, ToolArgumentError, ToolOutput
+from tenxgraph.core.graph.transactional import run_transactional
 from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock
 from tenxgraph.errors import LedgerReadError, RunLockLostError, SerializationError, ToolTimeoutError
 from tenxgraph.utils.constants import LOGGER_NAME
@@ -109,7 +110,7 @@ def call_keys(message: Message) -> list[str | None]:
 async def _invoke(tool: Tool, info: ToolCallInfo, args: dict[str, JSON], timeout: float | None) -> JSON:
     notify("start", info)
     if tool.injected:
-        args = {**args, **{p: info if kind == "context" else info.idempotency_key for p, kind in tool.injected.items()}}
+        args = {**args, **tool.injected_args(info)}
     try:
         value = await _call(tool, args, timeout)
     except TimeoutError:
@@ -182,6 +183,8 @@ async def _execute(
             return resolved
     await ctx.checkpointer.acheck_run_lock(ctx.thread_id)  # fencing: never invoke a tool without the thread's lock
     crash_point("tool.before_invoke")
+    if tool.effect == "transactional" and key is not None:  # its writes commit with its record (no timeout)
+        return await run_transactional(tool, call, key, args, ctx, info, _record)
     timeout = ctx.config.tool_timeout
     try:
         value = await _invoke(tool, info, args, timeout)
