@@ -321,6 +321,31 @@ NEEDS_OUTAGE = {
 NEEDS_REDIS = frozenset({"stale_redis_trusted"})
 
 
+def transactional_commits_early() -> None:
+    """A transactional tool's writes commit as soon as its body returns, before its ledger record: a crash between
+    the two leaves the writes without the record, and the resumed call writes them again."""
+    import dataclasses
+
+    original = handler.run_transactional
+
+    async def run(tool: Any, call: Any, key: str, args: Any, ctx: Any, info: Any, record: Any) -> Any:
+        fn = tool.fn
+
+        def early(**kwargs: Any) -> Any:
+            value = fn(**kwargs)
+            kwargs["tx"].execute("COMMIT")
+            kwargs["tx"].execute("BEGIN IMMEDIATE")
+            return value
+
+        return await original(dataclasses.replace(tool, fn=early), call, key, args, ctx, info, record)
+
+    handler.run_transactional = run
+
+
+#: Mutants of transactional tools: caught over an agent that has one (tests/test_transactional.py).
+TRANSACTIONAL_MUTANTS: dict[str, Callable[[], None]] = {"transactional_commits_early": transactional_commits_early}
+
+
 def apply(name: str | None) -> None:
     if name:
-        MUTANTS[name]()
+        {**MUTANTS, **TRANSACTIONAL_MUTANTS}[name]()

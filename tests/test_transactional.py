@@ -1,0 +1,183 @@
+"""Transactional tools: a tool's writes to the checkpointer's database commit with its ledger record, so its
+effect happens exactly once at every crash point (a real kill -9 inside the tool included), and an exception
+rolls both back. Checkpointers that cannot do it are refused when the graph is compiled."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenxgraph import ConfigError, Message, ReactAgent, Reply, ScriptedModel, tool
+from tenxgraph.core import crashpoints
+from tenxgraph.core.crashpoints import CrashInjected
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
+from tenxgraph.utils.sync import run_sync
+
+ROOT = Path(__file__).resolve().parents[1]
+MSG = {"messages": [Message.text_message("queue it")]}
+
+
+def make_tool(fail: bool = False) -> Any:
+    @tool(effect="transactional")
+    def queue_email(to: str, tx: sqlite3.Connection) -> str:
+        """Queue an email."""
+        tx.execute("CREATE TABLE IF NOT EXISTS outbox (id INTEGER PRIMARY KEY, recipient TEXT)")
+        tx.execute("INSERT INTO outbox (recipient) VALUES (?)", (to,))
+        if fail:
+            raise RuntimeError("the template is missing")
+        return f"queued for {to}"
+
+    return queue_email
+
+
+def app(cp: Any, fail: bool = False) -> Any:
+    model = ScriptedModel([Reply(tool_calls=[("queue_email", {"to": "ada"})]), "Done."])
+    return ReactAgent(model, tools=[make_tool(fail)]).compile(cp)
+
+
+def rows(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        exists = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'outbox'").fetchone()
+        return int(conn.execute("SELECT count(*) FROM outbox").fetchone()[0]) if exists else 0
+
+
+@pytest.mark.parametrize(
+    ("point", "hit", "before"),
+    [("tool.after_return", 1, 0), ("tool.after_record", 1, 1), ("node.after_complete", 2, 1)],  # (2: the tool node)
+)
+def test_the_write_commits_once_whatever_the_crash(tmp_path: Path, point: str, hit: int, before: int) -> None:
+    cp = SqliteCheckpointer(tmp_path / "db.sqlite")
+    with crashpoints.armed(point, hit), pytest.raises(CrashInjected):
+        app(cp).invoke(MSG, {"thread_id": "t"})
+    assert rows(tmp_path / "db.sqlite") == before  # rolled back with the record, or committed with it
+    result = app(cp).invoke(None, {"thread_id": "t"})
+    assert result.final_text == "Done." and rows(tmp_path / "db.sqlite") == 1
+    assert result.messages[2].tool_results[0].output == "queued for ada"
+    cp.close()
+
+
+def test_an_exception_rolls_the_write_back_and_is_recorded(tmp_path: Path) -> None:
+    cp = SqliteCheckpointer(tmp_path / "db.sqlite")
+    result = app(cp, fail=True).invoke(MSG, {"thread_id": "t"})
+    answer = result.messages[2].tool_results[0]
+    assert answer.is_error and "the template is missing" in str(answer.output)
+    assert rows(tmp_path / "db.sqlite") == 0  # the insert went with the exception
+    assert app(cp, fail=True).invoke(None, {"thread_id": "t"}).messages[2].tool_results[0].is_error  # recorded
+    cp.close()
+
+
+CHILD = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from tests.test_transactional import app
+from tenxgraph.core import crashpoints
+from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+cp = SqliteCheckpointer({db!r})
+# the row is written (not committed) when the body returns: kill -9 right there, inside the transaction
+crashpoints.arm("tool.after_return", 1, lambda name, n: os.kill(os.getpid(), signal.SIGKILL))
+app(cp).invoke({{"messages": ["queue it"]}}, {{"thread_id": "t"}})
+"""
+
+
+def test_a_kill_9_inside_the_tool_after_its_write_leaves_the_row_once_after_the_resume(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite"
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD.format(root=str(ROOT), db=str(db))], capture_output=True, timeout=60
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+    assert rows(db) == 0  # the killed process's transaction did not commit
+    cp = SqliteCheckpointer(db)
+    result = app(cp).invoke(None, {"thread_id": "t", "lock_timeout": 10})
+    assert result.final_text == "Done." and rows(db) == 1
+    records = cp.list_tool_results("t")
+    assert [json.loads(json.dumps(r))["output"] for r in records.values()] == ["queued for ada"]
+    cp.close()
+
+
+def test_checkpointers_that_cannot_join_the_transaction_are_refused_when_compiling(pg_dsn: str) -> None:
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+    for cp in (InMemoryCheckpointer(), PgCheckpointer(postgres_dsn=pg_dsn)):
+        with pytest.raises(ConfigError, match=r"tool 'queue_email' is transactional .* compile it with a Sqlite"):
+            app(cp)
+
+
+def test_a_transactional_tool_must_take_tx_and_be_a_plain_function() -> None:
+    def no_tx(to: str) -> str:
+        """Queue."""
+        return to
+
+    async def is_async(to: str, tx: Any) -> str:
+        """Queue."""
+        return to
+
+    for fn in (no_tx, is_async):
+        with pytest.raises(TypeError, match=r"declare a parameter tx .* make the tool a plain function"):
+            tool(effect="transactional")(fn)
+    with pytest.raises(ValueError, match="nothing to be in doubt about"):
+        tool(effect="transactional", on_in_doubt="fail")(no_tx)
+    assert tool(effect="transactional")(make_tool().fn).policy is None  # no intent: never in doubt
+
+
+def test_a_call_recorded_by_another_run_does_not_write_again(tmp_path: Path) -> None:
+    """The transaction reads the ledger itself: if another run recorded the call meanwhile (a failed ledger read
+    before it, a run that took the thread over), the tool does not run and its record is the answer."""
+    cp = SqliteCheckpointer(tmp_path / "db.sqlite")
+    first = app(cp).invoke(MSG, {"thread_id": "t"})
+    key = next(iter(cp.list_tool_results("t")))
+    ran: list[int] = []
+    stored, wrote = run_sync(cp.atransact("t", key, lambda conn: ran.append(1) or {}))  # type: ignore[func-returns-value]
+    assert (wrote, ran) == (False, []) and stored["output"] == first.messages[2].tool_results[0].output
+    assert rows(tmp_path / "db.sqlite") == 1
+    cp.close()
+
+
+TX_AGENT = '''
+import sqlite3
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, tool
+
+
+@pytest.mark.crash_matrix(backends=["sqlite"], points=["tool.in_flight", "tool.after_return", "tool.after_record"])
+def test_queue(crash_run, effects):
+    @tool(effect="transactional")
+    def queue_email(to: str, tx: sqlite3.Connection) -> str:
+        """Queue an email."""
+        effects.apply_in(tx, "queued", {"to": to})
+        return "queued"
+
+    model = ScriptedModel([Reply(tool_calls=[("queue_email", {"to": "ada"})]), "Done."])
+    app = ReactAgent(model, tools=[queue_email]).compile(checkpointer=crash_run.checkpointer)
+    assert crash_run.invoke(app, {"messages": [Message.text_message("go")]}).final_text == "Done."
+'''
+
+
+def tx_matrix(folder: Path, mutant: str | None) -> dict[str, Any]:
+    folder.mkdir()
+    (folder / "conftest.py").write_text(f"from tests.mutants import apply\n\napply({mutant!r})\n")
+    (folder / "test_q.py").write_text(TX_AGENT)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", "--crash-matrix"]
+    command += ["--crash-seed=2", "--crash-report=r.json", "test_q.py"]
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    assert (folder / "r.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((folder / "r.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_the_matrix_shows_exactly_once_and_catches_writes_that_commit_before_their_record(tmp_path: Path) -> None:
+    control = tx_matrix(tmp_path / "control", None)
+    outcomes = {(c["point"], c["outcome"]) for c in control["cells"]}
+    assert ("tool.in_flight", "exactly_once") in outcomes and ("tool.after_return", "exactly_once") in outcomes
+    assert control["summary"]["violation"] == 0 and control["summary"]["known_gap"] == 0  # no gap left there
+    broken = tx_matrix(tmp_path / "early", "transactional_commits_early")
+    found = [c for c in broken["cells"] if c["outcome"] == "violation"]
+    assert found and all("its effect was applied 2 times" in c["detail"] for c in found)
