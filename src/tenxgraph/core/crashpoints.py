@@ -62,14 +62,20 @@ class CrashPoint:
     kind: Kind
     description: str
     module: str  # the module whose code fires it
+    also: tuple[str, ...] = ()  # other modules that fire it: the same moment on another path
 
     @property
     def location(self) -> str:
         """The firing module's source file, relative to its package's parent folder."""
         return self.module.replace(".", "/") + ".py"
 
+    @property
+    def locations(self) -> tuple[str, ...]:
+        return (self.location, *(m.replace(".", "/") + ".py" for m in self.also))
+
 
 _HANDLER = "tenxgraph.core.graph.utils.invoke_node_handler"
+_TRANSACTIONAL = ("tenxgraph.core.graph.transactional",)  # a transactional tool's call: inside its transaction
 #: Every built-in point, in the order the points fire in a run.
 POINTS: tuple[CrashPoint, ...] = (
     CrashPoint(
@@ -87,9 +93,15 @@ POINTS: tuple[CrashPoint, ...] = (
         "the effects simulator applied a side effect; the tool has not returned",
         "pytest_replaysafe.effects",
     ),
-    CrashPoint("tool.after_return", "crash", "the tool returned; its record is not written yet", _HANDLER),
-    CrashPoint("ledger.write_error", "fault", "writing the ledger record fails (fault point)", _HANDLER),
-    CrashPoint("tool.after_record", "crash", "the record is written; the node has not completed", _HANDLER),
+    CrashPoint(
+        "tool.after_return", "crash", "the tool returned; its record is not written yet", _HANDLER, _TRANSACTIONAL
+    ),
+    CrashPoint(
+        "ledger.write_error", "fault", "writing the ledger record fails (fault point)", _HANDLER, _TRANSACTIONAL
+    ),
+    CrashPoint(
+        "tool.after_record", "crash", "the record is written; the node has not completed", _HANDLER, _TRANSACTIONAL
+    ),
     CrashPoint(
         "node.after_complete", "crash", "the node finished; the run has not advanced", "tenxgraph.core.graph.compiled"
     ),
