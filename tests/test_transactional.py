@@ -10,9 +10,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tenxgraph import ConfigError, Message, ReactAgent, Reply, ScriptedModel, tool
@@ -103,26 +105,28 @@ def test_a_kill_9_inside_the_tool_after_its_write_leaves_the_row_once_after_the_
     cp.close()
 
 
-def test_checkpointers_that_cannot_join_the_transaction_are_refused_when_compiling(pg_dsn: str) -> None:
+def test_checkpointers_that_cannot_join_the_transaction_are_refused_when_compiling(tmp_path: Path, pg_dsn: str) -> None:
     from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 
-    for cp in (InMemoryCheckpointer(), PgCheckpointer(postgres_dsn=pg_dsn)):
-        with pytest.raises(ConfigError, match=r"tool 'queue_email' is transactional .* compile it with a Sqlite"):
-            app(cp)
+    with pytest.raises(ConfigError, match=r"tool 'queue_email' is transactional .* InMemoryCheckpointer cannot"):
+        app(InMemoryCheckpointer())
+    pg = PgCheckpointer(postgres_dsn=pg_dsn)
+    with pytest.raises(ConfigError, match=r"over PgCheckpointer: make it an async def getting a psycopg"):
+        app(pg)  # a plain function over PostgreSQL
+    sqlite = SqliteCheckpointer(tmp_path / "db.sqlite")
+    with pytest.raises(ConfigError, match=r"over SqliteCheckpointer: make it a plain function getting a sqlite3"):
+        pg_app(sqlite)
+    pg.close()
+    sqlite.close()
 
 
-def test_a_transactional_tool_must_take_tx_and_be_a_plain_function() -> None:
+def test_a_transactional_tool_must_take_tx() -> None:
     def no_tx(to: str) -> str:
         """Queue."""
         return to
 
-    async def is_async(to: str, tx: Any) -> str:
-        """Queue."""
-        return to
-
-    for fn in (no_tx, is_async):
-        with pytest.raises(TypeError, match=r"declare a parameter tx .* make the tool a plain function"):
-            tool(effect="transactional")(fn)
+    with pytest.raises(TypeError, match=r"declare a parameter tx \(the database connection inside it\)"):
+        tool(effect="transactional")(no_tx)
     with pytest.raises(ValueError, match="nothing to be in doubt about"):
         tool(effect="transactional", on_in_doubt="fail")(no_tx)
     assert tool(effect="transactional")(make_tool().fn).policy is None  # no intent: never in doubt
@@ -181,3 +185,72 @@ def test_the_matrix_shows_exactly_once_and_catches_writes_that_commit_before_the
     broken = tx_matrix(tmp_path / "early", "transactional_commits_early")
     found = [c for c in broken["cells"] if c["outcome"] == "violation"]
     assert found and all("its effect was applied 2 times" in c["detail"] for c in found)
+
+
+# -- PostgreSQL: the tool is a coroutine on a pooled connection inside the transaction -----------------------
+def make_pg_tool(table: str) -> Any:
+    @tool(effect="transactional")
+    async def queue_email(to: str, tx: Any) -> str:
+        """Queue an email."""
+        await tx.execute(f"INSERT INTO {table} (recipient) VALUES (%s)", (to,))
+        return f"queued for {to}"
+
+    return queue_email
+
+
+def pg_app(cp: Any, table: str = "outbox") -> Any:
+    model = ScriptedModel([Reply(tool_calls=[("queue_email", {"to": "ada"})]), "Done."])
+    return ReactAgent(model, tools=[make_pg_tool(table)]).compile(cp)
+
+
+@pytest.fixture
+def pg_outbox(pg_checkpointer: Any) -> Iterator[tuple[Any, str]]:
+    """The test's own checkpointer and schema, with an outbox table in it."""
+    table = f"{pg_checkpointer.schema}.outbox"
+    with psycopg.connect(pg_checkpointer.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {pg_checkpointer.schema}")  # (dropped with its table after)
+        conn.execute(f"CREATE TABLE {table} (id serial PRIMARY KEY, recipient text)")
+    yield pg_checkpointer, table
+
+
+def pg_rows(cp: Any, table: str) -> int:
+    with psycopg.connect(cp.postgres_dsn) as conn:
+        return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("point", "hit", "before"),
+    [("tool.after_return", 1, 0), ("tool.after_record", 1, 1), ("node.after_complete", 2, 1)],
+)
+def test_postgres_the_write_commits_once_whatever_the_crash(
+    pg_outbox: tuple[Any, str], point: str, hit: int, before: int
+) -> None:
+    cp, table = pg_outbox
+    with crashpoints.armed(point, hit), pytest.raises(CrashInjected):
+        pg_app(cp, table).invoke(MSG, {"thread_id": "t"})
+    assert pg_rows(cp, table) == before
+    result = pg_app(cp, table).invoke(None, {"thread_id": "t", "lock_timeout": 10})
+    assert result.final_text == "Done." and pg_rows(cp, table) == 1
+
+
+PG_CHILD = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from tests.test_transactional import pg_app
+from tenxgraph.core import crashpoints
+from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+cp = PgCheckpointer(postgres_dsn={dsn!r}, schema={schema!r})
+crashpoints.arm("tool.after_return", 1, lambda name, n: os.kill(os.getpid(), signal.SIGKILL))
+pg_app(cp, {table!r}).invoke({{"messages": ["queue it"]}}, {{"thread_id": "t"}})
+"""
+
+
+def test_postgres_a_kill_9_inside_the_tool_after_its_write_leaves_the_row_once(pg_outbox: tuple[Any, str]) -> None:
+    cp, table = pg_outbox
+    code = PG_CHILD.format(root=str(ROOT), dsn=cp.postgres_dsn, schema=cp.schema, table=table)
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+    assert pg_rows(cp, table) == 0  # the killed session's transaction was never committed
+    result = pg_app(cp, table).invoke(None, {"thread_id": "t", "lock_timeout": 30})
+    assert result.final_text == "Done." and pg_rows(cp, table) == 1

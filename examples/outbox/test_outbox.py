@@ -6,10 +6,11 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from examples.outbox.agent import build_outbox_agent
+from examples.outbox.agent import build_outbox_agent, outbox_table
 from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.harness import CrashRun
 from tenxgraph import Message
@@ -18,17 +19,32 @@ REQUEST = {"messages": [Message.text_message("email me about my refund")]}
 ROOT = Path(__file__).resolve().parents[2]
 
 
-# SQLite: the checkpointer whose transaction a tool can join (see docs/replay-safe-tools.md).
-@pytest.mark.crash_matrix(backends=["sqlite"])
+def queued(checkpointer: Any, thread: str) -> int:
+    table = outbox_table(checkpointer)
+    if checkpointer.transactions == "async":
+        import psycopg
+
+        with psycopg.connect(checkpointer.postgres_dsn) as conn:
+            found = conn.execute(f"SELECT count(*) FROM {table} WHERE thread_id = %s", (thread,)).fetchone()
+    else:
+        with sqlite3.connect(checkpointer.path) as conn:
+            found = conn.execute(f"SELECT count(*) FROM {table} WHERE thread_id = ?", (thread,)).fetchone()
+    return int(found[0]) if found else 0
+
+
+# The checkpointers whose transaction a tool can join (docs/replay-safe-tools.md): SQLite and PostgreSQL.
+@pytest.mark.crash_matrix(backends=["sqlite", "postgres", "postgres+redis"])
 def test_the_email_is_queued_and_sent_exactly_once(crash_run: CrashRun, effects: Effects) -> None:
-    app = build_outbox_agent(crash_run.checkpointer, lambda tx, row: effects.apply_in(tx, "queued", row))
+    cp = crash_run.checkpointer
+    if cp.transactions == "async":  # PostgreSQL: the effect is a row of the checkpointer's schema
+        app = build_outbox_agent(cp, lambda tx, row: effects.aapply_in(tx, "queued", row, cp.schema))
+    else:
+        app = build_outbox_agent(cp, lambda tx, row: effects.apply_in(tx, "queued", row))
     result = crash_run.invoke(app, REQUEST)
     assert result.final_text == "I emailed you about your refund."
-    database = str(crash_run.checkpointer.path)
-    with sqlite3.connect(database) as conn:
-        rows = conn.execute("SELECT count(*) FROM outbox WHERE thread_id = ?", (crash_run.thread_id,)).fetchone()
-    assert rows == (1,)  # queued once, whatever the crash: the row commits with the ledger record
-    relay = [sys.executable, "-m", "examples.outbox", "relay", database, str(effects.path)]
+    assert queued(cp, crash_run.thread_id) == 1  # whatever the crash: the row commits with the ledger record
+    database = cp.postgres_dsn if cp.transactions == "async" else str(cp.path)
+    relay = [sys.executable, "-m", "examples.outbox", "relay", database, str(effects.path), outbox_table(cp)]
     subprocess.run(relay, cwd=ROOT, check=True, capture_output=True, timeout=60)  # a process of its own
     sent = [e for e in effects.applied("email") if e["payload"]["thread"] == crash_run.thread_id]
     assert len(sent) == 1

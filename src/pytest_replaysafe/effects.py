@@ -39,6 +39,25 @@ _TX_SCHEMA = _SCHEMA.replace("effects (", "replaysafe_effects (", 1).replace(" U
 _COLUMNS = "kind, payload, idempotency_key, execution_id, thread_id, node"
 
 
+def _committed(database: str, sql: str, params: list[Any]) -> list[Any]:
+    """The rows of ``replaysafe_effects`` in a transactional tool's database: a SQLite file, or ``DSN#schema``."""
+    if "#" in database:
+        import psycopg
+
+        dsn, _, schema = database.rpartition("#")
+        query = sql.replace("FROM effects", f"FROM {schema}.replaysafe_effects").replace("?", "%s")
+        with psycopg.connect(dsn, autocommit=True) as pg:
+            found = pg.execute("SELECT to_regclass(%s)", (f"{schema}.replaysafe_effects",)).fetchone()
+            return pg.execute(query + " ORDER BY seq", params).fetchall() if found and found[0] else []
+    conn = sqlite3.connect(database, timeout=30)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'replaysafe_effects'").fetchone():
+            return []
+        return conn.execute(sql.replace("FROM effects", "FROM replaysafe_effects") + " ORDER BY seq", params).fetchall()
+    finally:
+        conn.close()
+
+
 class Effects:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -95,6 +114,25 @@ class Effects:
         crash_point("tool.in_flight")
         return {"effect_id": f"T-{cur.lastrowid}", "applied": True}
 
+    async def aapply_in(self, tx: Any, kind: str, payload: Any, schema: str) -> dict[str, Any]:
+        """:meth:`apply_in` for PostgreSQL: *tx* is the tool's ``psycopg.AsyncConnection``; the effect is a row of
+        ``schema.replaysafe_effects`` (the checkpointer's schema)."""
+        call = current_tool_call()
+        run = current_run()
+        with self._connect() as conn:
+            conn.execute("INSERT OR IGNORE INTO tx_databases (path) VALUES (?)", (f"{tx.info.dsn}#{schema}",))
+        table = f"{schema}.replaysafe_effects"
+        ddl = _TX_SCHEMA.replace("replaysafe_effects", table).replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL")
+        await tx.execute(ddl.replace("seq BIGSERIAL", "seq BIGSERIAL PRIMARY KEY"))
+        cur = await tx.execute(
+            f"INSERT INTO {table} ({_COLUMNS}) VALUES (%s, %s, NULL, %s, %s, %s) RETURNING seq",
+            (kind, json.dumps(payload, sort_keys=True), call.execution_id if call else None,
+             call.thread_id if call else None, run.node if run else None),
+        )  # fmt: skip
+        row = await cur.fetchone()
+        crash_point("tool.in_flight")
+        return {"effect_id": f"T-{row[0] if row else '?'}", "applied": True}
+
     def lookup(self, idempotency_key: str) -> dict[str, Any] | None:
         """What a provider answers to "did you apply this key?": the effect's result, or None. For ``reconcile``."""
         conn = self._connect()
@@ -121,13 +159,7 @@ class Effects:
         finally:
             conn.close()
         for database in databases:  # the committed effects of transactional tools
-            tx = sqlite3.connect(database, timeout=30)
-            try:
-                if tx.execute("SELECT 1 FROM sqlite_master WHERE name = 'replaysafe_effects'").fetchone():
-                    rows += tx.execute(sql.replace("FROM effects", "FROM replaysafe_effects") + " ORDER BY seq",
-                                       params).fetchall()  # fmt: skip
-            finally:
-                tx.close()
+            rows += _committed(database, sql, params)
         return [
             {"kind": k, "payload": json.loads(p), "idempotency_key": i, "execution_id": e, "thread_id": t, "node": n}
             for k, p, i, e, t, n in rows

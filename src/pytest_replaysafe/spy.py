@@ -70,9 +70,7 @@ class RecordingCheckpointer(DelegatingCheckpointer):
                 self.log.write(Entry(thread_id, key, "recorded", tool, fp))
         return written
 
-    async def atransact(
-        self, thread_id: str, key: str, work: Callable[[Any], dict[str, JSON]]
-    ) -> tuple[dict[str, JSON], bool]:
+    async def atransact(self, thread_id: str, key: str, work: Callable[[Any], Any]) -> tuple[dict[str, JSON], bool]:
         """A transactional tool's record, logged once committed (with the tool's writes)."""
         stored, wrote = await self.inner.atransact(thread_id, key, work)
         if wrote:

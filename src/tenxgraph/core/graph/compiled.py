@@ -103,14 +103,25 @@ def _with_in_doubt_default(fn: Any, policy: str | None) -> Any:
 
 def _check_transactional(nodes: Mapping[str, Any], checkpointer: BaseCheckpointer) -> None:
     """A transactional tool needs a checkpointer whose database can hold its writes: an error now, not at run time."""
+    kind = checkpointer.transactions
+    name = type(getattr(checkpointer, "inner", checkpointer)).__name__
     for fn in nodes.values():
         for tool in getattr(fn, "tools", {}).values():
-            if getattr(tool, "effect", None) == "transactional" and not checkpointer.transactions:
+            if getattr(tool, "effect", None) != "transactional":
+                continue
+            if kind is None:
                 raise ConfigError(
-                    f"tool {tool.name!r} is transactional (its writes commit with its ledger record), and "
-                    f"{type(checkpointer).__name__} cannot run a tool in the ledger's transaction: compile it with "
-                    "a SqliteCheckpointer"
+                    f"tool {tool.name!r} is transactional (its writes commit with its ledger record), and {name} "
+                    "cannot run a tool in the ledger's transaction: compile it with a SqliteCheckpointer or a "
+                    "PgCheckpointer"
                 )
+            if tool.is_async != (kind == "async"):
+                want = (
+                    "an async def getting a psycopg.AsyncConnection"
+                    if kind == "async"
+                    else ("a plain function getting a sqlite3.Connection (it runs in a worker thread)")
+                )
+                raise ConfigError(f"tool {tool.name!r} is transactional over {name}: make it {want}")
 
 
 class CompiledGraph(Generic[S]):

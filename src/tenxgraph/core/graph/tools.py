@@ -105,8 +105,9 @@ def tool(
     - ``"transactional"``: its effect is a write to the checkpointer's own database, made through the parameter
       ``tx`` (the connection, inside the ledger's transaction): the writes and the ledger record commit together,
       and a crash or an exception rolls both back, so the effect happens exactly once. On SQLite the tool is a
-      plain function (it runs in a worker thread, inside ``BEGIN IMMEDIATE``); a checkpointer that cannot do it
-      is an error when the graph is compiled.
+      plain function getting a ``sqlite3.Connection`` (it runs in a worker thread, inside ``BEGIN IMMEDIATE``); on
+      PostgreSQL an ``async def`` getting a ``psycopg.AsyncConnection``. A checkpointer that cannot do it, or a
+      tool of the other kind, is an error when the graph is compiled.
     """
 
     def make(f: Callable[..., Any]) -> Tool:
@@ -262,11 +263,10 @@ class Tool:
         }
         if required:
             parameters["required"] = required
-        if effect == "transactional" and (TX_PARAM not in injected or inspect.iscoroutinefunction(fn)):
+        if effect == "transactional" and TX_PARAM not in injected:
             raise TypeError(
                 f"tool {tool_name!r}: effect='transactional' makes its writes through the ledger's transaction: "
-                f"declare a parameter {TX_PARAM} (the database connection), and make the tool a plain function "
-                "(on SQLite it runs in a worker thread, inside the transaction)"
+                f"declare a parameter {TX_PARAM} (the database connection inside it)"
             )
         if effect == "idempotent" and IDEMPOTENCY_PARAM not in injected:
             raise TypeError(

@@ -43,13 +43,29 @@ async def run_transactional(
     info: ToolCallInfo,
     record: Record,
 ) -> ToolExecution:
-    def work(connection: Any) -> dict[str, JSON]:
+    def started(connection: Any) -> dict[str, Any]:
         notify("start", info)
+        return {**args, **tool.injected_args(info), TX_PARAM: connection}
+
+    def raised(exc: Exception) -> _ToolRaised:
+        notify("end", info, f"{type(exc).__name__}: {exc}", True, at=time.monotonic())
+        return _ToolRaised(f"{type(exc).__name__}: {exc}")
+
+    def work(connection: Any) -> dict[str, JSON]:  # a plain function: SQLite, in a worker thread
         try:
-            value = tool.fn(**{**args, **tool.injected_args(info), TX_PARAM: connection})
+            value = tool.fn(**started(connection))
         except Exception as exc:
-            notify("end", info, f"{type(exc).__name__}: {exc}", True, at=time.monotonic())
-            raise _ToolRaised(f"{type(exc).__name__}: {exc}") from exc
+            raise raised(exc) from exc
+        return finish(value)
+
+    async def awork(connection: Any) -> dict[str, JSON]:  # a coroutine: PostgreSQL
+        try:
+            value = await tool.fn(**started(connection))
+        except Exception as exc:
+            raise raised(exc) from exc
+        return finish(value)
+
+    def finish(value: object) -> dict[str, JSON]:
         execution = execution_of(call, key, value)
         notify("end", info, execution.result.output, execution.result.is_error, at=time.monotonic())
         crash_point("tool.after_return")  # inside the transaction: a crash here takes the tool's writes along
@@ -57,9 +73,9 @@ async def run_transactional(
         return encode_record(execution)
 
     try:
-        stored, wrote = await ctx.checkpointer.atransact(ctx.thread_id, key, work)
-    except _ToolRaised as raised:  # rolled back, writes and all: the error result is recorded, as for any tool
-        return await record(error_execution(call, key, str(raised)), key, ctx, info)
+        stored, wrote = await ctx.checkpointer.atransact(ctx.thread_id, key, awork if tool.is_async else work)
+    except _ToolRaised as failure:  # rolled back, writes and all: the error result is recorded, as for any tool
+        return await record(error_execution(call, key, str(failure)), key, ctx, info)
     except SerializationError as exc:
         text = f"tool {call.name!r} returned a value that cannot be stored: {exc.__cause__ or exc} (rolled back)"
         return await record(error_execution(call, key, text), key, ctx, info)

@@ -66,15 +66,14 @@ def check_thread_id(thread_id: object) -> str:
 class BaseCheckpointer(ABC):
     """Storage behind a compiled graph. Subclasses implement the ``a*`` methods."""
 
-    #: Whether a tool can write to this checkpointer's database in the ledger's own transaction (:meth:`atransact`).
-    transactions: bool = False
+    #: Whether a tool can write to this checkpointer's database in the ledger's own transaction (:meth:`atransact`),
+    #: and how: ``"sync"`` (the tool is a plain function, run in a worker thread) or ``"async"`` (a coroutine).
+    transactions: str | None = None
 
-    async def atransact(
-        self, thread_id: str, key: str, work: Callable[[Any], dict[str, JSON]]
-    ) -> tuple[dict[str, JSON], bool]:
-        """Run ``work(connection)`` and store the record it returns under *key* in one transaction: both commit, or
-        (an exception, a crash) neither. If a completed record is stored under *key* already, *work* does not run
-        and that record is returned, with False."""
+    async def atransact(self, thread_id: str, key: str, work: Callable[[Any], Any]) -> tuple[dict[str, JSON], bool]:
+        """Run ``work(connection)`` (returning the record, or for ``"async"`` an awaitable of it) and store the
+        record under *key* in one transaction: both commit, or (an exception, a crash) neither. If a completed
+        record is stored under *key* already, *work* does not run and that record is returned, with False."""
         raise NotImplementedError(f"{type(self).__name__} cannot run a tool in the ledger's transaction")
 
     # -- thread state -----------------------------------------------------------------------------------

@@ -29,12 +29,10 @@ class DelegatingCheckpointer(BaseCheckpointer):
         return f"{type(self).__name__}({self.inner!r})"
 
     @property
-    def transactions(self) -> bool:  # type: ignore[override]  # read-only: the inner checkpointer's
+    def transactions(self) -> str | None:  # type: ignore[override]  # read-only: the inner checkpointer's
         return self.inner.transactions
 
-    async def atransact(
-        self, thread_id: str, key: str, work: Callable[[Any], dict[str, JSON]]
-    ) -> tuple[dict[str, JSON], bool]:
+    async def atransact(self, thread_id: str, key: str, work: Callable[[Any], Any]) -> tuple[dict[str, JSON], bool]:
         return await self.inner.atransact(thread_id, key, work)
 
     async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:

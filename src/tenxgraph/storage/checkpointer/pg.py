@@ -385,6 +385,34 @@ class PgCheckpointer(BaseCheckpointer):
 
         return await self._on_thread(thread_id, "ledger read", op)  # the fence for the tools about to run
 
+    # -- a tool's writes in the ledger's transaction -----------------------------------------------------
+    transactions = "async"
+
+    async def atransact(self, thread_id: str, key: str, work: Callable[[Any], Any]) -> tuple[dict[str, JSON], bool]:
+        """The tool (a coroutine) gets a pooled connection inside a transaction (READ COMMITTED, its own: parallel
+        transactional calls run at once and lock only the rows they write); its record is written in the same
+        transaction. If another run recorded the call first, this one rolls back, writes and all, and answers with
+        that record."""
+        check_thread_id(thread_id)
+        pool = await self._ensure_open()
+        async with pool.connection(timeout=self.connect_timeout) as conn:
+            async with conn.transaction():
+                cur = await conn.execute(self._q["get_results"], (thread_id, [key]))
+                row = await cur.fetchone()
+                if row is None or row[1].get("kind") == "intent":
+                    record = await work(conn)
+                    cur = await conn.execute(
+                        self._q["put_result"], (thread_id, key, dumps(record, f"ledger record {key!r}"))
+                    )
+                    if cur.rowcount == 1:
+                        return record, True  # (leaving the block commits: the writes and the record together)
+                    raise psycopg.Rollback()  # recorded meanwhile by another run: roll back, writes and all
+            cur = await conn.execute(self._q["get_results"], (thread_id, [key]))
+            row = await cur.fetchone()
+        if row is None:  # (cannot happen: it was recorded, and records are never deleted by a run)
+            raise RuntimeError(f"ledger record {key!r} of thread {thread_id!r} vanished during its transaction")
+        return row[1], False
+
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         return await self._put_ledger("put_result", thread_id, key, dumps(record, f"ledger record {key!r}"))
 

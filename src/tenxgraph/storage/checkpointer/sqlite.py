@@ -235,7 +235,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             _insert_messages(conn, check_thread_id(thread_id), encoded)
 
     # -- a tool's writes in the ledger's transaction -----------------------------------------------------
-    transactions = True
+    transactions = "sync"
 
     async def atransact(
         self, thread_id: str, key: str, work: Callable[[sqlite3.Connection], dict[str, JSON]]
