@@ -254,3 +254,31 @@ def test_postgres_a_kill_9_inside_the_tool_after_its_write_leaves_the_row_once(p
     assert pg_rows(cp, table) == 0  # the killed session's transaction was never committed
     result = pg_app(cp, table).invoke(None, {"thread_id": "t", "lock_timeout": 30})
     assert result.final_text == "Done." and pg_rows(cp, table) == 1
+
+
+def test_a_transactional_call_costs_one_commit_like_any_recorded_call_and_a_read_none(tmp_path: Path) -> None:
+    """Counted, not timed: every COMMIT SQLite runs for one run of a one-call agent, by the tool's effect class."""
+
+    def run(kind: str | None) -> int:
+        statements: list[str] = []
+        cp = SqliteCheckpointer(
+            tmp_path / f"{kind}.sqlite", on_connect=lambda c: c.set_trace_callback(statements.append)
+        )
+        if kind == "transactional":
+            chosen = make_tool()
+        else:
+
+            @tool(effect=kind)
+            def queue_email(to: str) -> str:
+                """Queue an email."""
+                return to
+
+            chosen = queue_email
+        model = ScriptedModel([Reply(tool_calls=[("queue_email", {"to": "ada"})]), "Done."])
+        ReactAgent(model, tools=[chosen]).compile(cp).invoke(MSG, {"thread_id": "t"})
+        cp.close()
+        return sum(1 for s in statements if s.strip().upper().startswith("COMMIT"))
+
+    ordinary, transactional, read = run(None), run("transactional"), run("read")
+    assert transactional == ordinary  # its writes ride on the record's commit
+    assert read == ordinary - 1  # no record, no commit
