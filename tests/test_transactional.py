@@ -282,3 +282,23 @@ def test_a_transactional_call_costs_one_commit_like_any_recorded_call_and_a_read
     ordinary, transactional, read = run(None), run("transactional"), run("read")
     assert transactional == ordinary  # its writes ride on the record's commit
     assert read == ordinary - 1  # no record, no commit
+
+
+def test_postgres_a_timed_out_call_is_rolled_back_writes_and_all(pg_outbox: tuple[Any, str]) -> None:
+    import asyncio
+
+    cp, table = pg_outbox
+
+    @tool(effect="transactional")
+    async def queue_email(to: str, tx: Any) -> str:
+        """Queue an email (slowly)."""
+        await tx.execute(f"INSERT INTO {table} (recipient) VALUES (%s)", (to,))
+        await asyncio.sleep(5)
+        return "queued"
+
+    model = ScriptedModel([Reply(tool_calls=[("queue_email", {"to": "ada"})]), "Done."])
+    result = ReactAgent(model, tools=[queue_email]).compile(cp).invoke(MSG, {"thread_id": "t", "tool_timeout": 0.2})
+    answer = result.messages[2].tool_results[0]
+    assert answer.status == "timeout" and "ToolTimeoutError" in str(answer.output)
+    assert pg_rows(cp, table) == 0  # the insert went with the timeout
+    assert cp.list_tool_results("t") == {}  # and nothing was recorded: a replay runs it again

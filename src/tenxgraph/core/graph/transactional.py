@@ -5,6 +5,7 @@ resumed call makes them once: exactly once, at every crash point. The checkpoint
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,7 @@ from tenxgraph.core.graph.ledger_record import (
 from tenxgraph.core.graph.tool_call import ToolCallInfo, notify
 from tenxgraph.core.graph.tools import TX_PARAM, Tool
 from tenxgraph.core.state.messages import JSON, ToolCallBlock
-from tenxgraph.errors import SerializationError
+from tenxgraph.errors import SerializationError, ToolTimeoutError
 from tenxgraph.utils.constants import LOGGER_NAME
 
 log = logging.getLogger(LOGGER_NAME)
@@ -60,7 +61,11 @@ async def run_transactional(
 
     async def awork(connection: Any) -> dict[str, JSON]:  # a coroutine: PostgreSQL
         try:
-            value = await tool.fn(**started(connection))
+            async with asyncio.timeout(ctx.config.tool_timeout):  # over time: cancelled, and rolled back
+                value = await tool.fn(**started(connection))
+        except TimeoutError:
+            notify("timeout", info)
+            raise
         except Exception as exc:
             raise raised(exc) from exc
         return finish(value)
@@ -74,6 +79,10 @@ async def run_transactional(
 
     try:
         stored, wrote = await ctx.checkpointer.atransact(ctx.thread_id, key, awork if tool.is_async else work)
+    except TimeoutError:  # (PostgreSQL) rolled back, writes and all, and not recorded: it runs again on replay
+        err = ToolTimeoutError(call.name, ctx.config.tool_timeout or 0)
+        log.warning("%s (thread %r, key %r); rolled back, nothing recorded", err, ctx.thread_id, key)
+        return error_execution(call, key, f"{type(err).__name__}: {err}", status="timeout")
     except _ToolRaised as failure:  # rolled back, writes and all: the error result is recorded, as for any tool
         return await record(error_execution(call, key, str(failure)), key, ctx, info)
     except SerializationError as exc:
