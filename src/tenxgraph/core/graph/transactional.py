@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.context import RunContext
+from tenxgraph.core.graph.in_doubt import Record
 from tenxgraph.core.graph.ledger_record import (
     ToolExecution,
     decode_record,
@@ -27,8 +27,6 @@ from tenxgraph.errors import SerializationError, ToolTimeoutError
 from tenxgraph.utils.constants import LOGGER_NAME
 
 log = logging.getLogger(LOGGER_NAME)
-
-Record = Callable[[ToolExecution, str, RunContext, ToolCallInfo], Awaitable[ToolExecution]]
 
 
 class _ToolRaised(Exception):
