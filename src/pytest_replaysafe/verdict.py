@@ -286,7 +286,12 @@ def judge(
                     "writes did not commit with its ledger record"
                 )
             else:
-                exactly_once.append(f"{labels.get(eid, eid)} ran {n} times, its writes committed once")
+                checked = (
+                    ""
+                    if applied[eid]
+                    else " (seen by its record; record its effect with effects.apply_in(tx, ...) to have it checked)"
+                )
+                exactly_once.append(f"{labels.get(eid, eid)} ran {n} times, its writes committed once{checked}")
             continue
         if n < 2 or eid in reads:
             continue
