@@ -50,6 +50,19 @@ def main(argv: list[str] | None = None) -> None:
         "(default info)",
     )
     serve.add_argument(
+        "--recovery-interval",
+        type=float,
+        default=30.0,
+        help="seconds between sweeps that finish interrupted threads (one runs at start-up; default 30)",
+    )
+    serve.add_argument(
+        "--recovery-attempts",
+        type=int,
+        default=3,
+        help="recoveries of one thread before it is parked (a log line; a request can still resume it; default 3)",
+    )
+    serve.add_argument("--no-recovery", action="store_true", help="do not finish interrupted threads by itself")
+    serve.add_argument(
         "--token-env",
         default="TENXGRAPH_API_TOKEN",
         help="environment variable holding the bearer token (unset: no auth)",
@@ -59,11 +72,18 @@ def main(argv: list[str] | None = None) -> None:
         import uvicorn
 
         from tenxgraph.server import create_app
+        from tenxgraph.server.recovery import Recovery
     except ImportError as exc:
         raise SystemExit(f'tenxgraph serve needs the server extra: pip install "10xgraph[server]" ({exc})') from exc
     log_json_lines(args.log_level.upper())
+    graph = load_graph(args.target)
+    try:
+        recovery = None if args.no_recovery else Recovery(
+            graph, interval=args.recovery_interval, max_attempts=args.recovery_attempts)  # fmt: skip
+    except ValueError as exc:
+        raise SystemExit(f"tenxgraph serve: {exc}") from None
     app = create_app(
-        load_graph(args.target), token=os.environ.get(args.token_env) or None, lock_timeout=args.lock_timeout
+        graph, token=os.environ.get(args.token_env) or None, lock_timeout=args.lock_timeout, recovery=recovery or False
     )
     emit_event("server_listen", logging.INFO, host=args.host, port=args.port, target=args.target)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

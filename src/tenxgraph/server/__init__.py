@@ -9,7 +9,8 @@ resumed by the next request to it, from any server process::
     GET  /healthz
 
 Send each message with a stable ``message_id`` (for example the client's request id): a retried request then
-finishes the interrupted run instead of adding the message twice.
+finishes the interrupted run instead of adding the message twice. Without any request, the server's recovery
+(:mod:`tenxgraph.server.recovery`) finishes interrupted threads on start-up and every 30 s.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from tenxgraph.core.graph.compiled import CompiledGraph
 from tenxgraph.core.graph.config import KNOWN_KEYS
 from tenxgraph.core.state.messages import Message, TextBlock, new_id
 from tenxgraph.errors import ConfigError, GraphBuildError, SerializationError, ThreadBusyError
+from tenxgraph.server.recovery import Recovery
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.events import emit_event
 
@@ -87,11 +88,20 @@ def _state_json(thread_id: str, values: dict[str, Any], messages: list[Message],
     }
 
 
-def create_app(graph: CompiledGraph[Any], *, token: str | None = None, lock_timeout: float = 5.0) -> Starlette:
+def create_app(
+    graph: CompiledGraph[Any],
+    *,
+    token: str | None = None,
+    lock_timeout: float = 5.0,
+    recovery: Recovery | bool | None = True,
+) -> Starlette:
     """An ASGI app serving *graph*; with *token*, every endpoint but ``/healthz`` needs ``Bearer <token>``.
 
     A run waits up to *lock_timeout* seconds for the thread's run lock (a request's ``config.lock_timeout`` wins):
-    a client retrying right after a crashed server must not get 409 while the database frees the dead lock."""
+    a client retrying right after a crashed server must not get 409 while the database frees the dead lock.
+    *recovery*: finish interrupted threads on start-up and every 30 s (``True``), as configured (a
+    :class:`~tenxgraph.server.recovery.Recovery`), or not at all (``False``/None)."""
+    recover = Recovery(graph) if recovery is True else (recovery or None)
 
     def guarded(handler: Handler, auth: bool = True) -> Handler:
         async def check(request: Request) -> JSONResponse:
@@ -155,9 +165,16 @@ def create_app(graph: CompiledGraph[Any], *, token: str | None = None, lock_time
             checkpointer=repr(graph.checkpointer),
             auth=token is not None,
             lock_timeout=lock_timeout,
+            recovery=recover is not None,
         )
-        yield
-        emit_event("server_stop", logging.INFO)
+        if recover is not None:
+            recover.start()
+        try:
+            yield
+        finally:
+            if recover is not None:
+                await recover.stop()
+            emit_event("server_stop", logging.INFO)
 
     return Starlette(
         routes=[

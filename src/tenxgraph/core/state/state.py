@@ -24,14 +24,19 @@ class ExecutionMeta:
     step: int = 0
     status: RunStatus = "idle"
     error: str | None = None
+    #: How often a server's recovery has resumed this interrupted thread (see ``tenxgraph.server.recovery``).
+    recoveries: int = 0
 
     def to_dict(self) -> dict[str, JSON]:
-        return {
+        out: dict[str, JSON] = {
             "current_node": self.current_node,
             "step": self.step,
             "status": self.status,
             "error": self.error,
         }
+        if self.recoveries:
+            out["recoveries"] = self.recoveries
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, JSON]) -> ExecutionMeta:
@@ -40,6 +45,7 @@ class ExecutionMeta:
             step=int(data.get("step", 0)),
             status=data.get("status", "idle"),
             error=data.get("error"),
+            recoveries=int(data.get("recoveries") or 0),
         )
 
 

@@ -66,6 +66,14 @@ def check_thread_id(thread_id: object) -> str:
 class BaseCheckpointer(ABC):
     """Storage behind a compiled graph. Subclasses implement the ``a*`` methods."""
 
+    async def alist_interrupted_threads(self, limit: int = 100) -> list[str]:
+        """Up to *limit* threads whose stored run status is ``running``: a run is on them now, or was interrupted
+        (its process died). Recovery tries each with the run lock, which tells the two apart."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list interrupted threads (recovery needs it)")
+
+    def list_interrupted_threads(self, limit: int = 100) -> list[str]:
+        return run_sync(self.alist_interrupted_threads(limit))
+
     #: Whether a tool can write to this checkpointer's database in the ledger's own transaction (:meth:`atransact`),
     #: and how: ``"sync"`` (the tool is a plain function, run in a worker thread) or ``"async"`` (a coroutine).
     transactions: str | None = None

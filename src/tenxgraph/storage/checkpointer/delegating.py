@@ -35,6 +35,9 @@ class DelegatingCheckpointer(BaseCheckpointer):
     async def atransact(self, thread_id: str, key: str, work: Callable[[Any], Any]) -> tuple[dict[str, JSON], bool]:
         return await self.inner.atransact(thread_id, key, work)
 
+    async def alist_interrupted_threads(self, limit: int = 100) -> list[str]:
+        return await self.inner.alist_interrupted_threads(limit)
+
     async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
         return await self.inner.aget_thread(thread_id)
 

@@ -34,6 +34,12 @@ class InMemoryCheckpointer(BaseCheckpointer):
         # thread -> key -> (created_at, json, status "started" | "completed")
         self._ledger: dict[str, dict[str, tuple[float, str, str]]] = {}
 
+    async def alist_interrupted_threads(self, limit: int = 100) -> list[str]:
+        with self._lock:
+            rows = list(self._threads.items())
+        running = [t for t, (_, text) in rows if (json.loads(text).get("meta") or {}).get("status") == "running"]
+        return running[:limit]
+
     async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
         with self._lock:
             row = self._threads.get(check_thread_id(thread_id))

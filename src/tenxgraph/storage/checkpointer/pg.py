@@ -385,6 +385,13 @@ class PgCheckpointer(BaseCheckpointer):
 
         return await self._on_thread(thread_id, "ledger read", op)  # the fence for the tools about to run
 
+    async def alist_interrupted_threads(self, limit: int = 100) -> list[str]:
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+            cur = await conn.execute(self._q["list_running"], (int(limit),))
+            return [str(row[0]) for row in await cur.fetchall()]
+
+        return await self._retrying("thread listing", op)
+
     # -- a tool's writes in the ledger's transaction -----------------------------------------------------
     transactions = "async"
 

@@ -234,6 +234,14 @@ class SqliteCheckpointer(BaseCheckpointer):
         with self._tx() as conn:
             _insert_messages(conn, check_thread_id(thread_id), encoded)
 
+    async def alist_interrupted_threads(self, limit: int = 100) -> list[str]:
+        rows = self._read(
+            "SELECT thread_id FROM threads WHERE json_extract(state, '$.meta.status') = 'running' "
+            "ORDER BY updated_at LIMIT ?",
+            (int(limit),),
+        )
+        return [str(row[0]) for row in rows]
+
     # -- a tool's writes in the ledger's transaction -----------------------------------------------------
     transactions = "sync"
 

@@ -1,0 +1,142 @@
+"""Recovery: a server finishes interrupted threads by itself (on start-up and periodically), leaves a thread
+another run holds alone, and parks a thread that kills its worker every time instead of crash-looping."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+from tenxgraph.core import crashpoints
+from tenxgraph.core.crashpoints import CrashInjected
+from tenxgraph.server.recovery import Recovery
+from tenxgraph.storage.checkpointer import BaseCheckpointer
+from tenxgraph.storage.checkpointer.base import hold_run_lock
+from tenxgraph.utils.sync import run_sync
+from tests.test_server import ROOT, free_port, post_run, start_server
+
+MSG = {"messages": [Message.text_message("refund order 1042")]}
+
+
+def agent(cp: BaseCheckpointer, runs: Counter[str], crash: bool = False) -> Any:
+    def refund_order(order_id: str) -> str:
+        """Refund an order."""
+        runs[order_id] += 1
+        if crash:  # a call that kills its worker every time (here: the run dies as a killed process would)
+            raise CrashInjected("tool.in_flight", 1)
+        return f"refunded {order_id}"
+
+    model = ScriptedModel([Reply(tool_calls=[("refund_order", {"order_id": "1042"})]), "Done."])
+    return ReactAgent(model, tools=[refund_order]).compile(cp)
+
+
+def interrupt(cp: BaseCheckpointer, runs: Counter[str], thread: str, point: str = "tool.after_record") -> None:
+    with crashpoints.armed(point), pytest.raises(CrashInjected):
+        agent(cp, runs).invoke(MSG, {"thread_id": thread})
+
+
+def test_a_sweep_finishes_interrupted_threads_and_only_them(checkpointer: BaseCheckpointer) -> None:
+    runs: Counter[str] = Counter()
+    interrupt(checkpointer, runs, "crashed")
+    agent(checkpointer, runs).invoke(MSG, {"thread_id": "finished"})
+    assert checkpointer.list_interrupted_threads() == ["crashed"]
+    outcomes = run_sync(Recovery(agent(checkpointer, runs)).sweep())
+    assert outcomes == {"recovered": 1}
+    snap = checkpointer.get_thread("crashed")
+    assert snap is not None and snap.values["meta"]["status"] == "done"  # type: ignore[index]
+    assert snap.values["meta"]["recoveries"] == 1  # type: ignore[index]
+    assert runs["1042"] == 2  # once per thread: the crashed thread's recorded call was replayed, not re-run
+    assert checkpointer.list_interrupted_threads() == []
+    assert run_sync(Recovery(agent(checkpointer, runs)).sweep()) == {}
+
+
+def test_a_thread_another_run_holds_is_left_alone(checkpointer: BaseCheckpointer) -> None:
+    runs: Counter[str] = Counter()
+    interrupt(checkpointer, runs, "held")
+    recovery = Recovery(agent(checkpointer, runs))
+
+    async def while_held() -> str:
+        async with hold_run_lock(checkpointer, "held", None):  # a live run (another request, another server)
+            return await recovery.recover("held")
+
+    assert run_sync(while_held()) == "busy"
+    assert checkpointer.list_interrupted_threads() == ["held"]  # untouched, and no attempt counted
+    assert run_sync(recovery.recover("held")) == "recovered"
+
+
+def test_a_thread_that_kills_its_worker_every_time_is_parked(
+    checkpointer: BaseCheckpointer, caplog: pytest.LogCaptureFixture
+) -> None:
+    runs: Counter[str] = Counter()
+    interrupt(checkpointer, runs, "doomed", point="tool.before_invoke")
+    recovery = Recovery(agent(checkpointer, runs, crash=True), max_attempts=2)
+    for _ in range(2):  # each recovery dies with its "worker"; the attempt was counted before it started
+        with pytest.raises(CrashInjected):
+            run_sync(recovery.sweep())
+    with caplog.at_level("ERROR", logger="tenxgraph.events"):
+        assert run_sync(recovery.sweep()) == {"parked": 1}
+        assert run_sync(recovery.sweep()) == {"parked": 1}  # still parked, logged once
+    parked = [json.loads(r.getMessage()) for r in caplog.records if "recovery_parked" in r.getMessage()]
+    assert len(parked) == 1 and parked[0]["thread_id"] == "doomed" and parked[0]["attempts"] == 2
+    assert runs["1042"] == 2  # two attempts, then no more
+    # a client's own request still resumes it once the cause is fixed
+    assert agent(checkpointer, runs).invoke(None, {"thread_id": "doomed"}).final_text == "Done."
+
+
+def test_bad_recovery_settings_are_refused() -> None:
+    graph = agent(__import__("tenxgraph").InMemoryCheckpointer(), Counter())
+    with pytest.raises(ValueError, match="interval > 0 seconds"):
+        Recovery(graph, interval=0)
+
+
+def get_state(port: int, thread: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/threads/{thread}/state", timeout=10) as response:
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_restarted_server_finishes_the_thread_its_crash_interrupted_without_any_request(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "sqlite":
+        target = str(tmp_path / "server.db")
+    else:
+        target = f"{request.getfixturevalue('pg_dsn')}#{request.getfixturevalue('pg_schema')}"
+    effects = tmp_path / "effects.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TENX_BACKEND": backend,
+        "TENX_TARGET": target,
+        "TENX_EFFECTS": str(effects),
+        crashpoints.ENV_MARKER: str(tmp_path / "marker.json"),
+    }
+    port = free_port()
+    doomed = start_server(port, {**env, crashpoints.ENV_CRASH_AT: "tool.after_record:2:kill"})
+    with pytest.raises(OSError):
+        post_run(port, "ticket-1042")  # the server dies mid-run, and this client never retries
+    assert doomed.wait(timeout=30) == -9
+    env.pop(crashpoints.ENV_CRASH_AT, None)
+    restarted = start_server(port, env)  # recovery sweeps on start-up
+    try:
+        deadline, state = time.monotonic() + 30, get_state(port, "ticket-1042")
+        while state["status"] != "done" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            state = get_state(port, "ticket-1042")
+    finally:
+        restarted.terminate()
+        restarted.wait(timeout=30)
+    assert state["status"] == "done" and state["values"]["meta"]["recoveries"] == 1
+    assert effects.read_text().splitlines() == ["1042 20.0"]  # refund_order ran once
+    assert restarted.stdout is not None
+    events = [json.loads(line) for line in restarted.stdout.read().decode().splitlines() if line.startswith("{")]
+    recovered = [e for e in events if e.get("event") == "run_recovered"]
+    assert [e["thread_id"] for e in recovered] == ["ticket-1042"]
+    assert not [e for e in events if e.get("event") == "request" and e["method"] == "POST"]  # nobody asked
