@@ -297,3 +297,38 @@ class CheckpointerConformance:
     def test_invalid_thread_id_is_rejected(self, checkpointer: BaseCheckpointer) -> None:
         with pytest.raises(ValueError, match="thread_id"):
             checkpointer.get_thread("")
+
+    # -- optional capabilities: skipped where the checkpointer says it has none ----------------------------
+    def test_interrupted_threads_are_listed(self, checkpointer: BaseCheckpointer) -> None:
+        running, done = _tid(), _tid()
+        checkpointer.put_thread(running, {"meta": {"status": "running"}}, expected_version=0)
+        checkpointer.put_thread(done, {"meta": {"status": "done"}}, expected_version=0)
+        try:
+            listed = checkpointer.list_interrupted_threads(100_000)
+        except NotImplementedError:
+            pytest.skip("this checkpointer cannot list interrupted threads (server recovery is off for it)")
+        assert running in listed and done not in listed
+
+    def test_a_transaction_commits_the_work_with_its_record_or_neither(self, checkpointer: BaseCheckpointer) -> None:
+        kind = checkpointer.transactions
+        if kind is None:
+            pytest.skip("this checkpointer cannot run a tool in the ledger's transaction")
+        tid, record = _tid(), {"v": 2, "kind": "value", "tool": "t", "output": "done"}
+
+        def work(conn: Any) -> Any:
+            async def later() -> Any:
+                return record
+
+            return later() if kind == "async" else record
+
+        def failing(conn: Any) -> Any:
+            raise RuntimeError("the tool failed")
+
+        with pytest.raises(RuntimeError, match="the tool failed"):
+            run_sync(checkpointer.atransact(tid, "m:c", failing))
+        assert checkpointer.list_tool_results(tid) == {}  # rolled back: no record
+        stored, wrote = run_sync(checkpointer.atransact(tid, "m:c", work))
+        assert wrote and stored["output"] == "done"
+        assert checkpointer.get_tool_results(tid, ["m:c"])["m:c"]["output"] == "done"
+        again, wrote = run_sync(checkpointer.atransact(tid, "m:c", failing))  # recorded: the work does not run
+        assert not wrote and again["output"] == "done"
