@@ -90,7 +90,35 @@ def test_a_run_in_progress_on_the_thread_is_409(client: Any, db: Path) -> None:
     finally:
         run_sync(lock.__aexit__(None, None, None))
     assert response.status_code == 409 and "being run by another worker" in response.json()["error"]
+    assert response.headers["Retry-After"] == "5"  # the server's lock timeout: when to try again
     assert client.post("/threads/busy/runs", json=RUN).status_code == 200  # free again
+    text = client.get("/metrics").text
+    assert 'tenxgraph_runs_total{outcome="busy"} 1' in text and 'tenxgraph_runs_total{outcome="finished"} 1' in text
+
+
+def test_metrics_count_runs_tool_calls_and_replays_in_the_prometheus_format(client: Any, db: Path) -> None:
+    assert client.get("/metrics", headers={"Authorization": ""}).status_code == 401  # behind the token too
+    empty = client.get("/metrics")
+    assert empty.status_code == 200 and empty.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert "tenxgraph_run_seconds_count 0" in empty.text and "tenxgraph_tool_in_doubt_total 0" in empty.text
+    assert client.post("/threads/m1/runs", json=RUN).status_code == 200
+    # a thread left unfinished after its tool was recorded: the next run replays the call
+    with crashpoints.armed("node.after_complete", 2), pytest.raises(crashpoints.CrashInjected):
+        build_support_agent(SqliteCheckpointer(db), LocalProvider()).invoke(
+            {"messages": ["refund order 1042"]}, {"thread_id": "m2"}
+        )
+    assert client.post("/threads/m2/runs", json={}).status_code == 200
+    values: dict[str, float] = {}
+    for line in client.get("/metrics").text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    assert values['tenxgraph_runs_total{outcome="finished"}'] == 2
+    # per process: m1's lookup and refund, m2's lookup before the crash (the same process), m2's refund after it
+    assert values['tenxgraph_tool_calls_total{how="executed"}'] == 4
+    assert values['tenxgraph_tool_calls_total{how="replayed"}'] == 1  # m2: lookup, from its record
+    assert values["tenxgraph_runs_resumed_total"] == 1
+    assert values["tenxgraph_run_seconds_count"] == 2 and values['tenxgraph_run_seconds_bucket{le="+Inf"}'] == 2
 
 
 # -- a real server process, killed mid-run -----------------------------------------------------------------

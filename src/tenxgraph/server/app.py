@@ -13,7 +13,7 @@ from typing import Any
 try:
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, PlainTextResponse, Response
     from starlette.routing import Route
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(f'the API server needs the server extra: pip install "10xgraph[server]" ({exc})') from exc
@@ -22,6 +22,7 @@ from tenxgraph.core.graph.compiled import CompiledGraph
 from tenxgraph.core.graph.config import KNOWN_KEYS
 from tenxgraph.core.state.messages import Message, TextBlock, new_id
 from tenxgraph.errors import ConfigError, GraphBuildError, SerializationError, ThreadBusyError
+from tenxgraph.server.metrics import Metrics
 from tenxgraph.server.recovery import Recovery
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.events import emit_event
@@ -29,7 +30,7 @@ from tenxgraph.utils.events import emit_event
 log = logging.getLogger(f"{LOGGER_NAME}.server")
 RUN_FIELDS = ("messages", "config")
 MESSAGE_FIELDS = ("role", "text", "message_id")
-Handler = Callable[[Request], Awaitable[JSONResponse]]
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 class BadRequest(Exception):
@@ -102,9 +103,10 @@ def create_app(
     *recovery*: finish interrupted threads on start-up and every 30 s (``True``), as configured (a
     :class:`~tenxgraph.server.recovery.Recovery`), or not at all (``False``/None)."""
     recover = Recovery(graph) if recovery is True else (recovery or None)
+    metrics = Metrics()
 
     def guarded(handler: Handler, auth: bool = True) -> Handler:
-        async def check(request: Request) -> JSONResponse:
+        async def check(request: Request) -> Response:
             started = time.perf_counter()
             response = await authorized(request) if auth else await handler(request)
             emit_event(
@@ -118,7 +120,7 @@ def create_app(
             )
             return response
 
-        async def authorized(request: Request) -> JSONResponse:
+        async def authorized(request: Request) -> Response:
             if token is not None:
                 given = request.headers.get("authorization", "")
                 if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
@@ -129,18 +131,24 @@ def create_app(
 
     async def run(request: Request) -> JSONResponse:
         thread_id = request.path_params["thread_id"]
+        started = time.perf_counter()
         try:
             input, config = await _run_body(request)
             result = await graph.ainvoke(input, {"lock_timeout": lock_timeout, **config, "thread_id": thread_id})
         except BadRequest as exc:
             return error(422, str(exc))
         except ThreadBusyError as exc:
-            return error(409, str(exc), thread_id=thread_id)
+            metrics.run("busy", 0.0)
+            busy = error(409, str(exc), thread_id=thread_id)
+            busy.headers["Retry-After"] = str(max(1, round(lock_timeout)))  # (another run holds the thread)
+            return busy
         except (ConfigError, GraphBuildError, SerializationError, ValueError) as exc:
             return error(422, str(exc), thread_id=thread_id)
         except Exception as exc:
+            metrics.run("failed", 0.0)
             log.exception("run of thread %r failed", thread_id)
             return error(500, f"{type(exc).__name__}: {exc}", thread_id=thread_id, resumable=True)
+        metrics.run("finished", time.perf_counter() - started)
         emit_event("run", logging.INFO, thread_id=thread_id, status=result.status, version=result.version)
         body = _state_json(thread_id, result.state.values_dict(), result.messages, result.version)
         body["final_text"] = result.final_text
@@ -157,6 +165,9 @@ def create_app(
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
+    async def prometheus(request: Request) -> Response:
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         emit_event(
@@ -167,6 +178,7 @@ def create_app(
             lock_timeout=lock_timeout,
             recovery=recover is not None,
         )
+        metrics.start()
         if recover is not None:
             recover.start()
         try:
@@ -174,6 +186,7 @@ def create_app(
         finally:
             if recover is not None:
                 await recover.stop()
+            metrics.stop()
             emit_event("server_stop", logging.INFO)
 
     return Starlette(
@@ -181,6 +194,7 @@ def create_app(
             Route("/threads/{thread_id}/runs", guarded(run), methods=["POST"]),
             Route("/threads/{thread_id}/state", guarded(state), methods=["GET"]),
             Route("/healthz", guarded(healthz, auth=False), methods=["GET"]),
+            Route("/metrics", guarded(prometheus), methods=["GET"]),
         ],
         lifespan=lifespan,
     )

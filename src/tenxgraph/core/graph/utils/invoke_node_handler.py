@@ -241,6 +241,7 @@ async def _record(execution: ToolExecution, key: str, ctx: RunContext, info: Too
             type(exc).__name__,
             exc,
         )
+        emit_event("ledger_write_failed", logging.DEBUG, thread_id=ctx.thread_id, tool=name, key=key)
         return execution
     notify("recorded", info)
     crash_point("tool.after_record")
