@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 from examples.support_refund.agent import build_support_agent
@@ -34,6 +35,7 @@ class FilePayments:
         self.path = path
 
     def apply(self, kind: str, payload: Any = None, idempotency_key: str | None = None) -> dict[str, Any]:
+        time.sleep(float(os.environ.get("TENX_SLOW_S", "0")))  # a slow provider (the graceful-shutdown test)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, f"{payload['order']} {payload['amount']}\n".encode())

@@ -140,3 +140,33 @@ def test_a_restarted_server_finishes_the_thread_its_crash_interrupted_without_an
     recovered = [e for e in events if e.get("event") == "run_recovered"]
     assert [e["thread_id"] for e in recovered] == ["ticket-1042"]
     assert not [e for e in events if e.get("event") == "request" and e["method"] == "POST"]  # nobody asked
+
+
+def test_sigterm_lets_a_running_run_finish_and_loses_no_run(tmp_path: Path) -> None:
+    """SIGTERM: the server stops taking requests and lets the run in progress finish (within --shutdown-timeout);
+    nothing is cut, nothing is run twice."""
+    import signal
+    import threading
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TENX_BACKEND": "sqlite",
+        "TENX_TARGET": str(tmp_path / "server.db"),
+        "TENX_EFFECTS": str(tmp_path / "effects.log"),
+        "TENX_SLOW_S": "1.5",  # the refund takes a while: SIGTERM arrives while it runs
+    }
+    port = free_port()
+    server = start_server(port, env)
+    answers: list[dict[str, Any]] = []
+    answered: list[float] = []
+    client = threading.Thread(target=lambda: (answers.append(post_run(port, "slow-1")), answered.append(time.time())))
+    client.start()
+    time.sleep(0.5)
+    signalled = time.time()
+    server.send_signal(signal.SIGTERM)
+    client.join(timeout=30)
+    assert answered and answered[0] > signalled  # answered after SIGTERM: the run was let finish
+    assert server.wait(timeout=30) in (0, -signal.SIGTERM)  # (uvicorn re-raises SIGTERM once it has shut down)
+    assert answers and answers[0]["status"] == "done"  # the run in progress finished and was answered
+    assert (tmp_path / "effects.log").read_text().splitlines() == ["1042 20.0"]

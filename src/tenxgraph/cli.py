@@ -63,6 +63,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     serve.add_argument("--no-recovery", action="store_true", help="do not finish interrupted threads by itself")
     serve.add_argument(
+        "--shutdown-timeout",
+        type=int,
+        default=30,
+        help="on SIGTERM: stop taking requests, and give running ones this many seconds to finish; runs still "
+        "going then are cut, and stay resumable (another server's recovery finishes them; default 30)",
+    )
+    serve.add_argument(
         "--token-env",
         default="TENXGRAPH_API_TOKEN",
         help="environment variable holding the bearer token (unset: no auth)",
@@ -86,7 +93,9 @@ def main(argv: list[str] | None = None) -> None:
         graph, token=os.environ.get(args.token_env) or None, lock_timeout=args.lock_timeout, recovery=recovery or False
     )
     emit_event("server_listen", logging.INFO, host=args.host, port=args.port, target=args.target)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(
+        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=args.shutdown_timeout
+    )
 
 
 if __name__ == "__main__":
