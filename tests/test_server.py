@@ -204,3 +204,40 @@ def test_kill_9_server_mid_run_then_restart_finishes_with_one_refund(
     assert all(e["level"] in ("INFO", "WARNING") and "ts" in e for e in events)
     assert effects.read_text().splitlines() == ["1042 20.0"]  # refund_order ran once
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+
+
+def sse(text: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        out.append((lines["event"], json.loads(lines["data"])))
+    return out
+
+
+def test_a_run_streams_its_steps_and_flags_replayed_results(client: Any, db: Path) -> None:
+    response = client.post("/threads/s1/runs/stream", json=RUN)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    events = sse(response.text)
+    assert [e for e, _ in events] == ["step"] * 5 + ["done"]  # MAIN, TOOL, MAIN, TOOL, MAIN
+    assert [d["node"] for _, d in events[:5]] == ["MAIN", "TOOL", "MAIN", "TOOL", "MAIN"]
+    assert events[-1][1]["final_text"] == "Refunded 20.00 EUR on order 1042." and events[-1][1]["status"] == "done"
+    assert not any(d["replayed"] for _, d in events[:5])
+    # a thread interrupted after its first tool call was recorded: streaming its resume flags the replay
+    with crashpoints.armed("node.after_complete", 2), pytest.raises(crashpoints.CrashInjected):
+        build_support_agent(SqliteCheckpointer(db), LocalProvider()).invoke(
+            {"messages": ["refund order 1042"]}, {"thread_id": "s2"}
+        )
+    resumed = sse(client.get("/threads/s2/runs/stream").text)
+    assert resumed[0][0] == "step" and resumed[0][1]["node"] == "TOOL" and resumed[0][1]["replayed"] is True
+    assert resumed[-1][0] == "done"
+
+
+def test_a_streamed_run_on_a_busy_thread_ends_with_an_error_event(client: Any, db: Path) -> None:
+    lock = SqliteCheckpointer(db).arun_lock("busy")
+    run_sync(lock.__aenter__())
+    try:
+        events = sse(client.post("/threads/busy/runs/stream", json={**RUN, "config": {"lock_timeout": 0}}).text)
+    finally:
+        run_sync(lock.__aexit__(None, None, None))
+    assert events == [("error", {"status": 409, "error": events[0][1]["error"], "thread_id": "busy"})]
+    assert "being run by another worker" in events[0][1]["error"]

@@ -5,7 +5,9 @@ resumed by the next request to it, from any server process::
 
     POST /threads/{thread_id}/runs   {"messages": [{"role": "user", "text": "...", "message_id": "..."}],
                                       "config": {"tool_timeout": 60}}
+    POST /threads/{thread_id}/runs/stream    (server-sent events; GET resumes with no input)
     GET  /threads/{thread_id}/state
+    GET  /metrics                           (Prometheus text)
     GET  /healthz
 
 Send each message with a stable ``message_id`` (for example the client's request id): a retried request then

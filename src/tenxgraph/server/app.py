@@ -13,7 +13,7 @@ from typing import Any
 try:
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, PlainTextResponse, Response
+    from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
     from starlette.routing import Route
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(f'the API server needs the server extra: pip install "10xgraph[server]" ({exc})') from exc
@@ -35,6 +35,11 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 class BadRequest(Exception):
     """A request body the server cannot use: answered with 422 and this message."""
+
+
+def _sse(event: str, data: dict[str, Any]) -> str:
+    """One server-sent event: its name and a JSON object on one ``data:`` line."""
+    return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n"
 
 
 def error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -154,6 +159,43 @@ def create_app(
         body["final_text"] = result.final_text
         return JSONResponse(body)
 
+    async def run_stream(request: Request) -> Response:
+        """The run as server-sent events: ``step`` per finished node (its new messages; ``replayed`` when a tool
+        result came from the ledger), then ``done`` (the state, as ``POST /runs`` answers) or ``error`` (status
+        409/422/500 as ``POST /runs`` would; the thread stays resumable). ``GET`` resumes with no input."""
+        thread_id = request.path_params["thread_id"]
+        try:
+            input, config = await _run_body(request) if request.method == "POST" else (None, {})
+        except BadRequest as exc:
+            return error(422, str(exc))
+        cfg = {"lock_timeout": lock_timeout, **config, "thread_id": thread_id}
+
+        async def events() -> AsyncIterator[str]:
+            started = time.perf_counter()
+            try:
+                async for event in graph.astream(input, cfg):
+                    if event.result is None:
+                        messages = [m.to_dict() for m in event.messages]
+                        step = {"node": event.node, "step": event.step, "messages": messages}
+                        yield _sse("step", {**step, "replayed": event.replayed})
+                        continue
+                    result = event.result
+                    metrics.run("finished", time.perf_counter() - started)
+                    body = _state_json(thread_id, result.state.values_dict(), result.messages, result.version)
+                    yield _sse("done", {**body, "final_text": result.final_text})
+            except ThreadBusyError as exc:
+                metrics.run("busy", 0.0)
+                yield _sse("error", {"status": 409, "error": str(exc), "thread_id": thread_id})
+            except (ConfigError, GraphBuildError, SerializationError, ValueError) as exc:
+                yield _sse("error", {"status": 422, "error": str(exc), "thread_id": thread_id})
+            except Exception as exc:
+                metrics.run("failed", 0.0)
+                log.exception("streamed run of thread %r failed", thread_id)
+                failed = {"status": 500, "error": f"{type(exc).__name__}: {exc}", "resumable": True}
+                yield _sse("error", {**failed, "thread_id": thread_id})
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
     async def state(request: Request) -> JSONResponse:
         thread_id = request.path_params["thread_id"]
         snap = await graph.checkpointer.aget_thread(thread_id)
@@ -192,6 +234,7 @@ def create_app(
     return Starlette(
         routes=[
             Route("/threads/{thread_id}/runs", guarded(run), methods=["POST"]),
+            Route("/threads/{thread_id}/runs/stream", guarded(run_stream), methods=["GET", "POST"]),
             Route("/threads/{thread_id}/state", guarded(state), methods=["GET"]),
             Route("/healthz", guarded(healthz, auth=False), methods=["GET"]),
             Route("/metrics", guarded(prometheus), methods=["GET"]),
