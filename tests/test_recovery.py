@@ -170,3 +170,30 @@ def test_sigterm_lets_a_running_run_finish_and_loses_no_run(tmp_path: Path) -> N
     assert server.wait(timeout=30) in (0, -signal.SIGTERM)  # (uvicorn re-raises SIGTERM once it has shut down)
     assert answers and answers[0]["status"] == "done"  # the run in progress finished and was answered
     assert (tmp_path / "effects.log").read_text().splitlines() == ["1042 20.0"]
+
+
+def test_several_workers_on_one_port_share_the_threads(tmp_path: Path) -> None:
+    """``--workers 2``: two processes answer on one port; each thread's calls run once, whichever worker ran it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TENX_BACKEND": "sqlite",
+        "TENX_TARGET": str(tmp_path / "server.db"),
+        "TENX_EFFECTS": str(tmp_path / "effects.log"),
+    }
+    port = free_port()
+    server = start_server(port, env, "--workers", "2")
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda i: post_run(port, f"w-{i}"), range(6)))
+        again = post_run(port, "w-0")  # the same request again: answered from the thread, nothing re-run
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert all(a["status"] == "done" for a in answers) and again["status"] == "done"
+    assert (tmp_path / "effects.log").read_text().splitlines() == ["1042 20.0"] * 6  # one refund per thread
+    assert server.stdout is not None
+    events = [json.loads(line) for line in server.stdout.read().decode().splitlines() if line.startswith("{")]
+    assert len([e for e in events if e.get("event") == "server_start"]) == 2  # two worker processes

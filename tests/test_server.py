@@ -128,9 +128,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_server(port: int, env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tenxgraph.cli", "serve", "tests.server_app:app", "--port", str(port)],
+        [sys.executable, "-m", "tenxgraph.cli", "serve", "tests.server_app:app", "--port", str(port), *extra],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

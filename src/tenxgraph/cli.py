@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import sys
@@ -74,28 +75,55 @@ def main(argv: list[str] | None = None) -> None:
         default="TENXGRAPH_API_TOKEN",
         help="environment variable holding the bearer token (unset: no auth)",
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes on this port (uvicorn's workers; each loads the graph itself; default 1)",
+    )
     args = parser.parse_args(argv)
     try:
         import uvicorn
-
-        from tenxgraph.server import create_app
-        from tenxgraph.server.recovery import Recovery
     except ImportError as exc:
         raise SystemExit(f'tenxgraph serve needs the server extra: pip install "10xgraph[server]" ({exc})') from exc
+    if args.workers < 1:
+        raise SystemExit(f"tenxgraph serve: --workers must be 1 or more, got {args.workers}")
+    settings = {k: v for k, v in vars(args).items() if k not in ("command", "host", "port", "workers")}
+    os.environ[SERVE_ENV] = json.dumps(settings)  # each worker process builds its app from the same settings
     log_json_lines(args.log_level.upper())
-    graph = load_graph(args.target)
+    app: Any = "tenxgraph.cli:app_from_env" if args.workers > 1 else app_from_env()
+    emit_event("server_listen", logging.INFO, host=args.host, port=args.port, target=args.target, workers=args.workers)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        timeout_graceful_shutdown=args.shutdown_timeout,
+        workers=args.workers if args.workers > 1 else None,
+        factory=args.workers > 1,
+    )
+
+
+#: The environment variable ``serve`` passes its settings to worker processes in.
+SERVE_ENV = "TENXGRAPH_SERVE"
+
+
+def app_from_env() -> Any:
+    """The ASGI app ``tenxgraph serve`` runs, built from its settings (in each worker process with ``--workers``)."""
+    from tenxgraph.server import create_app
+    from tenxgraph.server.recovery import Recovery
+
+    settings = json.loads(os.environ[SERVE_ENV])
+    if logging.getLogger("tenxgraph").level == logging.NOTSET:  # a worker process: log as its parent does
+        log_json_lines(str(settings["log_level"]).upper())
+    graph = load_graph(settings["target"])
     try:
-        recovery = None if args.no_recovery else Recovery(
-            graph, interval=args.recovery_interval, max_attempts=args.recovery_attempts)  # fmt: skip
+        recovery = None if settings["no_recovery"] else Recovery(
+            graph, interval=settings["recovery_interval"], max_attempts=settings["recovery_attempts"])  # fmt: skip
     except ValueError as exc:
         raise SystemExit(f"tenxgraph serve: {exc}") from None
-    app = create_app(
-        graph, token=os.environ.get(args.token_env) or None, lock_timeout=args.lock_timeout, recovery=recovery or False
-    )
-    emit_event("server_listen", logging.INFO, host=args.host, port=args.port, target=args.target)
-    uvicorn.run(
-        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=args.shutdown_timeout
-    )
+    token = os.environ.get(settings["token_env"]) or None
+    return create_app(graph, token=token, lock_timeout=settings["lock_timeout"], recovery=recovery or False)
 
 
 if __name__ == "__main__":
