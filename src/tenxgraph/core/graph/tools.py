@@ -10,7 +10,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin, overload
 
 from tenxgraph.core.graph.tool_call import ToolCallInfo
 from tenxgraph.core.state.messages import JSON
@@ -69,6 +69,30 @@ def _is_context(hint: Any) -> bool:
     return hint is ToolCallInfo
 
 
+@overload
+def tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    on_in_doubt: str | None = None,
+    reconcile: Reconcile | None = None,
+    effect: str | None = None,
+) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    on_in_doubt: str | None = None,
+    reconcile: Reconcile | None = None,
+    effect: str | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -77,7 +101,7 @@ def tool(
     on_in_doubt: str | None = None,
     reconcile: Reconcile | None = None,
     effect: str | None = None,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a :class:`Tool` (plain functions keep working without it)::
 
         @tool(on_in_doubt="reconcile", reconcile=lambda key, args: payments.find(key))

@@ -402,6 +402,21 @@ class PgCheckpointer(BaseCheckpointer):
         that record."""
         check_thread_id(thread_id)
         pool = await self._ensure_open()
+        delay = pg_connect.BACKOFF_START
+        for attempt in range(self.retries + 1):
+            try:
+                return await self._transact(pool, thread_id, key, work)
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                # safe to try again: the attempt rolled back, or (a commit whose answer was lost) committed, which
+                # the next attempt's own ledger read finds: it then does not run the work
+                if not pg_connect.is_transient(exc):
+                    raise
+                delay = await self._before_retry(pool, "tool transaction", exc, attempt, delay)
+        raise AssertionError("unreachable")
+
+    async def _transact(
+        self, pool: AsyncConnectionPool, thread_id: str, key: str, work: Callable[[Any], Any]
+    ) -> tuple[dict[str, JSON], bool]:
         async with pool.connection(timeout=self.connect_timeout) as conn:
             async with conn.transaction():
                 cur = await conn.execute(self._q["get_results"], (thread_id, [key]))
