@@ -1,5 +1,6 @@
 """``make bench``'s last step: every benchmark's JSON in one ``benchmarks/results.json`` (sections ``refund``,
-``parallel``, ``turns``, ``floor``, ``redis_cache``), and the median ratios against their targets printed."""
+``parallel``, ``turns``, ``floor``, ``redis_cache``, ``server_chaos``), and the median ratios against their targets
+printed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
-SECTIONS = {name: f"{name}.json" for name in ("parallel", "turns", "floor", "redis_cache")}
+SECTIONS = {name: f"{name}.json" for name in ("parallel", "turns", "floor", "redis_cache", "server_chaos")}
 TARGETS = {"memory": 0.12, "sqlite": 0.35, "postgres": 0.35, "postgres+redis": 0.35}
 
 

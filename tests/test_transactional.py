@@ -302,3 +302,23 @@ def test_postgres_a_timed_out_call_is_rolled_back_writes_and_all(pg_outbox: tupl
     assert answer.status == "timeout" and "ToolTimeoutError" in str(answer.output)
     assert pg_rows(cp, table) == 0  # the insert went with the timeout
     assert cp.list_tool_results("t") == {}  # and nothing was recorded: a replay runs it again
+
+
+def test_postgres_a_transient_failure_of_the_transaction_is_tried_again(
+    pg_outbox: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool timeout or a lost connection (found by the server chaos benchmark): the attempt rolled back, so the
+    transaction is tried again instead of answering the model with an error and never making the write."""
+    cp, table = pg_outbox
+    original = type(cp)._transact
+    failures = [psycopg.OperationalError("server closed the connection unexpectedly")]
+
+    async def flaky(self: Any, *args: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await original(self, *args)
+
+    monkeypatch.setattr(type(cp), "_transact", flaky)
+    result = pg_app(cp, table).invoke(MSG, {"thread_id": "t"})
+    assert result.messages[2].tool_results[0].output == "queued for ada" and not failures
+    assert pg_rows(cp, table) == 1
