@@ -76,10 +76,18 @@ def test_a_thread_that_kills_its_worker_every_time_is_parked(
 ) -> None:
     runs: Counter[str] = Counter()
     interrupt(checkpointer, runs, "doomed", point="tool.before_invoke")
-    recovery = Recovery(agent(checkpointer, runs, crash=True), max_attempts=2)
-    for _ in range(2):  # each recovery dies with its "worker"; the attempt was counted before it started
-        with pytest.raises(CrashInjected):
-            run_sync(recovery.sweep())
+    now = [0.0]
+    recovery = Recovery(agent(checkpointer, runs, crash=True), max_attempts=2, interval=30, clock=lambda: now[0])
+    with pytest.raises(CrashInjected):  # the recovery dies with its "worker"; the attempt was counted first
+        run_sync(recovery.sweep())
+    now[0] = 29.0
+    assert run_sync(recovery.sweep()) == {"backing_off": 1}  # not again before 1 interval, then 2, 4...
+    now[0] = 30.0
+    with pytest.raises(CrashInjected):
+        run_sync(recovery.sweep())
+    now[0] = 89.0
+    assert run_sync(recovery.sweep()) == {"backing_off": 1}  # 2 intervals now
+    now[0] = 90.0
     with caplog.at_level("ERROR", logger="tenxgraph.events"):
         assert run_sync(recovery.sweep()) == {"parked": 1}
         assert run_sync(recovery.sweep()) == {"parked": 1}  # still parked, logged once

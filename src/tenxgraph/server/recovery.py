@@ -14,6 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
+from collections.abc import Callable
 from typing import Any
 
 from tenxgraph.core.graph.compiled import CompiledGraph
@@ -34,6 +37,7 @@ class Recovery:
         concurrency: int = 4,
         max_attempts: int = 3,
         batch: int = 100,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if interval <= 0 or concurrency < 1 or max_attempts < 1 or batch < 1:
             raise ValueError(
@@ -46,6 +50,8 @@ class Recovery:
         self.max_attempts = max_attempts
         self.batch = batch
         self._parked: set[str] = set()  # logged once per process
+        self._tried: dict[str, float] = {}  # thread -> when this process last tried it (for the back-off)
+        self._clock = clock
         self._task: asyncio.Task[None] | None = None
 
     async def sweep(self) -> dict[str, int]:
@@ -67,7 +73,8 @@ class Recovery:
         return outcomes
 
     async def recover(self, thread_id: str) -> str:
-        """``recovered``, ``busy`` (another run holds it), ``parked``, ``failed`` or ``gone`` (not interrupted)."""
+        """``recovered``, ``busy`` (another run holds it), ``backing_off`` (tried before by this process: it waits
+        1, 2, 4... sweep intervals), ``parked``, ``failed`` or ``gone`` (not interrupted)."""
         cp = self.graph.checkpointer
         try:
             async with hold_run_lock(cp, thread_id, None):  # count the attempt, durably, before making it
@@ -76,6 +83,9 @@ class Recovery:
                 if snap is None or meta.get("status") != "running":
                     return "gone"
                 attempts = int(meta.get("recoveries") or 0)
+                waited = self._clock() - self._tried.get(thread_id, -math.inf)
+                if attempts and waited < self.interval * 2 ** (attempts - 1):  # back off: 1, 2, 4... intervals
+                    return "backing_off"
                 if attempts >= self.max_attempts:
                     if thread_id not in self._parked:
                         self._parked.add(thread_id)
@@ -86,6 +96,7 @@ class Recovery:
                     return "parked"
                 state = {**snap.values, "meta": {**meta, "recoveries": attempts + 1}}
                 await cp.aput_thread(thread_id, state, expected_version=snap.version)
+                self._tried[thread_id] = self._clock()
         except (ThreadBusyError, StaleStateError):
             return "busy"
         emit_event("recovery_started", logging.INFO, thread_id=thread_id, attempt=attempts + 1)
