@@ -20,7 +20,7 @@ from tenxgraph.server.recovery import Recovery
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 from tenxgraph.storage.checkpointer.base import hold_run_lock
 from tenxgraph.utils.sync import run_sync
-from tests.test_server import ROOT, free_port, post_run, start_server
+from tests.test_server import ROOT, free_port, post_run, server_killed_mid_run, start_server
 
 MSG = {"messages": [Message.text_message("refund order 1042")]}
 
@@ -113,24 +113,8 @@ def get_state(port: int, thread: str) -> dict[str, Any]:
 def test_a_restarted_server_finishes_the_thread_its_crash_interrupted_without_any_request(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    if backend == "sqlite":
-        target = str(tmp_path / "server.db")
-    else:
-        target = f"{request.getfixturevalue('pg_dsn')}#{request.getfixturevalue('pg_schema')}"
+    port, env = server_killed_mid_run(backend, tmp_path, request)  # and the client never retries
     effects = tmp_path / "effects.log"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "TENX_BACKEND": backend,
-        "TENX_TARGET": target,
-        "TENX_EFFECTS": str(effects),
-        crashpoints.ENV_MARKER: str(tmp_path / "marker.json"),
-    }
-    port = free_port()
-    doomed = start_server(port, {**env, crashpoints.ENV_CRASH_AT: "tool.after_record:2:kill"})
-    with pytest.raises(OSError):
-        post_run(port, "ticket-1042")  # the server dies mid-run, and this client never retries
-    assert doomed.wait(timeout=30) == -9
     env.pop(crashpoints.ENV_CRASH_AT, None)
     restarted = start_server(port, env)  # recovery sweeps on start-up
     try:

@@ -161,21 +161,19 @@ def post_run(port: int, thread: str) -> dict[str, Any]:
         return json.loads(response.read())
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_kill_9_server_mid_run_then_restart_finishes_with_one_refund(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def server_killed_mid_run(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[int, dict[str, str]]:
+    """A server on *backend* killed (kill -9) at its run's second ledger record: its port and environment (the
+    refunds it makes go to ``tmp_path/effects.log``)."""
     if backend == "sqlite":
         target = str(tmp_path / "server.db")
     else:
         target = f"{request.getfixturevalue('pg_dsn')}#{request.getfixturevalue('pg_schema')}"
-    effects = tmp_path / "effects.log"
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "TENX_BACKEND": backend,
         "TENX_TARGET": target,
-        "TENX_EFFECTS": str(effects),
+        "TENX_EFFECTS": str(tmp_path / "effects.log"),
         crashpoints.ENV_MARKER: str(tmp_path / "marker.json"),
     }
     port = free_port()
@@ -183,6 +181,15 @@ def test_kill_9_server_mid_run_then_restart_finishes_with_one_refund(
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         post_run(port, "ticket-1042")  # the server dies mid-run: the connection drops
     assert doomed.wait(timeout=30) == -9
+    return port, env
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_kill_9_server_mid_run_then_restart_finishes_with_one_refund(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    port, env = server_killed_mid_run(backend, tmp_path, request)
+    effects = tmp_path / "effects.log"
     assert crashpoints.read_marker(tmp_path / "marker.json") == ("tool.after_record", 2)
     env.pop(crashpoints.ENV_CRASH_AT, None)
     restarted = start_server(port, env)
