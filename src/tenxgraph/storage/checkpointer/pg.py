@@ -19,8 +19,9 @@ recognised as ours instead of being reported stale.
 
 Its SQL is in :mod:`.pg_sql`, connecting and retries in :mod:`.pg_connect`, the Redis cache in :mod:`.pg_cache`.
 This module stays over the ~350-line guideline on purpose: it is one class, the whole checkpointer contract on
-PostgreSQL (connection lifecycle across forks and event loops, the run lock with fencing, and each method's
-statement), and splitting the class would scatter one contract over several files.
+PostgreSQL (connection lifecycle across forks and event loops, the run lock with fencing, a transactional tool's
+transaction, and each method's statement), and splitting the class would scatter one contract over several
+files.
 """
 
 from __future__ import annotations
