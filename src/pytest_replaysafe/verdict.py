@@ -270,7 +270,7 @@ def judge(
     transactional = {e.hid for e in evidence.entries if e.effect == "transactional"}
     commits = Counter(calls_of.get(e.id, e.id) for e in evidence.entries if e.event == "recorded")
     applied = Counter(calls_of.get(str(f.get("execution_id")), "") for f in evidence.effects or [])
-    exactly_once = []
+    exactly_once: list[str] = []
     if transactional and (evidence.window in ("*", None) or evidence.window in transactional):
         evidence.excused = True  # a transactional call closes the point's gap: it need not show
     doubted = Counter(e.hid for e in evidence.entries if e.event == "in_doubt")
@@ -278,20 +278,9 @@ def judge(
         if n > 1 and eid in reads:
             evidence.excused = True
         if n > 1 and eid in transactional:
-            if commits[eid] > 1:
-                problems.append(f"{labels.get(eid, eid)} committed its writes {commits[eid]} times")
-            elif applied[eid] > 1:
-                problems.append(
-                    f"{labels.get(eid, eid)} ran {n} times and its effect was applied {applied[eid]} times: its "
-                    "writes did not commit with its ledger record"
-                )
-            else:
-                checked = (
-                    ""
-                    if applied[eid]
-                    else " (seen by its record; record its effect with effects.apply_in(tx, ...) to have it checked)"
-                )
-                exactly_once.append(f"{labels.get(eid, eid)} ran {n} times, its writes committed once{checked}")
+            problem, once = _transactional(labels.get(eid, eid), n, commits[eid], applied[eid])
+            problems += problem
+            exactly_once += once
             continue
         if n < 2 or eid in reads:
             continue
@@ -330,6 +319,23 @@ def judge(
     if handled and (evidence.window is None or evidence.window in ({"*"} | handled)):  # (None: a storage fault)
         return Outcome.IN_DOUBT_HANDLED, None, "the call in the crash window was in doubt and settled without a re-run"
     return Outcome.PROTECTED, None, "every recorded call executed at most once, answered with its own result"
+
+
+def _transactional(label: str, runs: int, commits: int, applied: int) -> tuple[list[str], list[str]]:
+    """A transactional call that ran *runs* times: ``(problems, exactly-once notes)``. Its writes must have
+    committed once, with its record (the harness sees the record, and the effect where ``effects.apply_in``
+    recorded it)."""
+    if commits > 1:
+        return [f"{label} committed its writes {commits} times"], []
+    if applied > 1:
+        return [
+            f"{label} ran {runs} times and its effect was applied {applied} times: its writes did not commit with "
+            "its ledger record"
+        ], []
+    checked = (
+        "" if applied else " (seen by its record; record its effect with effects.apply_in(tx, ...) to have it checked)"
+    )
+    return [], [f"{label} ran {runs} times, its writes committed once{checked}"]
 
 
 def _allowance(

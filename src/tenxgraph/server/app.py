@@ -134,6 +134,23 @@ def create_app(
 
         return check
 
+    def failed(exc: Exception, thread_id: str) -> dict[str, Any]:
+        """How a run that raised is answered (``POST /runs`` and its stream alike), counted in the metrics. Call
+        it from the ``except`` block (it logs the traceback of an unexpected failure)."""
+        if isinstance(exc, ThreadBusyError):  # another run holds the thread
+            metrics.run("busy", 0.0)
+            return {"status": 409, "error": str(exc), "thread_id": thread_id}
+        if isinstance(exc, ConfigError | GraphBuildError | SerializationError | ValueError):
+            return {"status": 422, "error": str(exc), "thread_id": thread_id}
+        metrics.run("failed", 0.0)
+        log.exception("run of thread %r failed", thread_id)
+        return {"status": 500, "error": f"{type(exc).__name__}: {exc}", "thread_id": thread_id, "resumable": True}
+
+    def finished(result: Any, thread_id: str, started: float) -> dict[str, Any]:
+        metrics.run("finished", time.perf_counter() - started)
+        body = _state_json(thread_id, result.state.values_dict(), result.messages, result.version)
+        return {**body, "final_text": result.final_text}
+
     async def run(request: Request) -> JSONResponse:
         thread_id = request.path_params["thread_id"]
         started = time.perf_counter()
@@ -142,22 +159,14 @@ def create_app(
             result = await graph.ainvoke(input, {"lock_timeout": lock_timeout, **config, "thread_id": thread_id})
         except BadRequest as exc:
             return error(422, str(exc))
-        except ThreadBusyError as exc:
-            metrics.run("busy", 0.0)
-            busy = error(409, str(exc), thread_id=thread_id)
-            busy.headers["Retry-After"] = str(max(1, round(lock_timeout)))  # (another run holds the thread)
-            return busy
-        except (ConfigError, GraphBuildError, SerializationError, ValueError) as exc:
-            return error(422, str(exc), thread_id=thread_id)
         except Exception as exc:
-            metrics.run("failed", 0.0)
-            log.exception("run of thread %r failed", thread_id)
-            return error(500, f"{type(exc).__name__}: {exc}", thread_id=thread_id, resumable=True)
-        metrics.run("finished", time.perf_counter() - started)
+            answer = failed(exc, thread_id)
+            response = error(answer.pop("status"), answer.pop("error"), **answer)
+            if response.status_code == 409:
+                response.headers["Retry-After"] = str(max(1, round(lock_timeout)))
+            return response
         emit_event("run", logging.INFO, thread_id=thread_id, status=result.status, version=result.version)
-        body = _state_json(thread_id, result.state.values_dict(), result.messages, result.version)
-        body["final_text"] = result.final_text
-        return JSONResponse(body)
+        return JSONResponse(finished(result, thread_id, started))
 
     async def run_stream(request: Request) -> Response:
         """The run as server-sent events: ``step`` per finished node (its new messages; ``replayed`` when a tool
@@ -174,25 +183,14 @@ def create_app(
             started = time.perf_counter()
             try:
                 async for event in graph.astream(input, cfg):
-                    if event.result is None:
-                        messages = [m.to_dict() for m in event.messages]
-                        step = {"node": event.node, "step": event.step, "messages": messages}
-                        yield _sse("step", {**step, "replayed": event.replayed})
+                    if event.result is not None:
+                        yield _sse("done", finished(event.result, thread_id, started))
                         continue
-                    result = event.result
-                    metrics.run("finished", time.perf_counter() - started)
-                    body = _state_json(thread_id, result.state.values_dict(), result.messages, result.version)
-                    yield _sse("done", {**body, "final_text": result.final_text})
-            except ThreadBusyError as exc:
-                metrics.run("busy", 0.0)
-                yield _sse("error", {"status": 409, "error": str(exc), "thread_id": thread_id})
-            except (ConfigError, GraphBuildError, SerializationError, ValueError) as exc:
-                yield _sse("error", {"status": 422, "error": str(exc), "thread_id": thread_id})
+                    messages = [m.to_dict() for m in event.messages]
+                    step = {"node": event.node, "step": event.step, "messages": messages}
+                    yield _sse("step", {**step, "replayed": event.replayed})
             except Exception as exc:
-                metrics.run("failed", 0.0)
-                log.exception("streamed run of thread %r failed", thread_id)
-                failed = {"status": 500, "error": f"{type(exc).__name__}: {exc}", "resumable": True}
-                yield _sse("error", {**failed, "thread_id": thread_id})
+                yield _sse("error", failed(exc, thread_id))
 
         return StreamingResponse(events(), media_type="text/event-stream")
 

@@ -422,15 +422,16 @@ class PgCheckpointer(BaseCheckpointer):
             async with conn.transaction():
                 cur = await conn.execute(self._q["get_results"], (thread_id, [key]))
                 row = await cur.fetchone()
-                if row is None or row[1].get("kind") == "intent":
-                    record = await work(conn)
-                    cur = await conn.execute(
-                        self._q["put_result"], (thread_id, key, dumps(record, f"ledger record {key!r}"))
-                    )
-                    if cur.rowcount == 1:
-                        return record, True  # (leaving the block commits: the writes and the record together)
-                    raise psycopg.Rollback()  # recorded meanwhile by another run: roll back, writes and all
-            cur = await conn.execute(self._q["get_results"], (thread_id, [key]))
+                if row is not None and row[1].get("kind") != "intent":
+                    return row[1], False  # recorded already: the work does not run
+                record = await work(conn)
+                cur = await conn.execute(
+                    self._q["put_result"], (thread_id, key, dumps(record, f"ledger record {key!r}"))
+                )
+                if cur.rowcount == 1:
+                    return record, True  # (leaving the block commits: the writes and the record together)
+                raise psycopg.Rollback()  # recorded meanwhile by another run: roll back, writes and all
+            cur = await conn.execute(self._q["get_results"], (thread_id, [key]))  # (theirs, after the rollback)
             row = await cur.fetchone()
         if row is None:  # (cannot happen: it was recorded, and records are never deleted by a run)
             raise RuntimeError(f"ledger record {key!r} of thread {thread_id!r} vanished during its transaction")
