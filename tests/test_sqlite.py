@@ -70,11 +70,11 @@ def test_non_durable_paths_are_rejected(path: str) -> None:
 def test_schema_v1_file_is_migrated_in_place(tmp_path: Path) -> None:
     import sqlite3
 
-    from tenxgraph.storage.checkpointer import sqlite as sqlite_module
+    from tenxgraph.storage.checkpointer import sqlite_sql
 
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)
-    for statement in sqlite_module._MIGRATIONS[1]:
+    for statement in sqlite_sql.MIGRATIONS[1]:
         conn.execute(statement)
     conn.execute("INSERT INTO tool_executions VALUES ('t', 'm:c', '{\"output\": \"old\"}', 0)")
     conn.execute("PRAGMA user_version=1")

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from tenxgraph.core.crashpoints import crash_point
+from tenxgraph.core.graph.compile_checks import check_transactional, is_async, with_in_doubt_default
 from tenxgraph.core.graph.config import RunConfig
 from tenxgraph.core.graph.context import RunContext, reset_current_run, set_current_run
 from tenxgraph.core.graph.graph_spec import GraphSpec
 from tenxgraph.core.graph.message_cache import MessageCache
+from tenxgraph.core.graph.results import RunResult, StreamEvent
 from tenxgraph.core.state.messages import Message
 from tenxgraph.core.state.state import AgentState
 from tenxgraph.errors import ConfigError, GraphBuildError, GraphRecursionError, NodeTimeoutError, RunLockLostError
@@ -37,91 +37,7 @@ from tenxgraph.utils.sync import run_sync, to_thread
 log = logging.getLogger(LOGGER_NAME)
 S = TypeVar("S", bound=AgentState)
 
-
-@dataclass(slots=True)
-class RunResult(Generic[S]):
-    """What ``invoke`` returns: the thread's state after the run, and the thread id (generated if none given)."""
-
-    thread_id: str
-    state: S
-    version: int
-    thread_id_generated: bool = False
-
-    @property
-    def messages(self) -> list[Message]:
-        return self.state.messages
-
-    @property
-    def status(self) -> str:
-        return self.state.meta.status
-
-    @property
-    def final_text(self) -> str:
-        """The text of the last assistant message ("" if there is none)."""
-        message = self.state.last_assistant
-        return message.text if message is not None else ""
-
-
-@dataclass(frozen=True, slots=True)
-class StreamEvent:
-    """One event of ``stream``/``astream``: a node finished (``node``), or the run ended (``node == END``)."""
-
-    node: str
-    step: int
-    messages: list[Message] = field(default_factory=list)
-    update: dict[str, Any] = field(default_factory=dict)
-    result: RunResult[Any] | None = None
-
-    @property
-    def replayed(self) -> bool:
-        """True if a tool result of this event was replayed from the ledger instead of executed (for UIs)."""
-        return any(m.metadata.get("replayed") for m in self.messages)
-
-
-def _is_async(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
-
-
-#: The graph-wide in-doubt defaults (``reconcile`` needs a function of each tool's own).
-GRAPH_IN_DOUBT_DEFAULTS = ("retry", "fail")
-
-
-def _with_in_doubt_default(fn: Any, policy: str | None) -> Any:
-    """*fn*, or the tool node it is with *policy* for each tool that says nothing of ``on_in_doubt``."""
-    if policy is not None and policy not in GRAPH_IN_DOUBT_DEFAULTS:
-        hint = (
-            "; reconcile needs each tool's own function: @tool(on_in_doubt='reconcile', reconcile=...)"
-            if policy == "reconcile"
-            else ""
-        )
-        raise ConfigError(
-            f"compile(on_in_doubt={policy!r}): a graph-wide default is one of {', '.join(GRAPH_IN_DOUBT_DEFAULTS)}"
-            f"{hint}"
-        )
-    return fn.with_in_doubt_default(policy) if policy is not None and hasattr(fn, "with_in_doubt_default") else fn
-
-
-def _check_transactional(nodes: Mapping[str, Any], checkpointer: BaseCheckpointer) -> None:
-    """A transactional tool needs a checkpointer whose database can hold its writes: an error now, not at run time."""
-    kind = checkpointer.transactions
-    name = type(getattr(checkpointer, "inner", checkpointer)).__name__
-    for fn in nodes.values():
-        for tool in getattr(fn, "tools", {}).values():
-            if getattr(tool, "effect", None) != "transactional":
-                continue
-            if kind is None:
-                raise ConfigError(
-                    f"tool {tool.name!r} is transactional (its writes commit with its ledger record), and {name} "
-                    "cannot run a tool in the ledger's transaction: compile it with a SqliteCheckpointer or a "
-                    "PgCheckpointer"
-                )
-            if tool.is_async != (kind == "async"):
-                want = (
-                    "an async def getting a psycopg.AsyncConnection"
-                    if kind == "async"
-                    else ("a plain function getting a sqlite3.Connection (it runs in a worker thread)")
-                )
-                raise ConfigError(f"tool {tool.name!r} is transactional over {name}: make it {want}")
+__all__ = ["CompiledGraph", "RunResult", "StreamEvent"]
 
 
 class CompiledGraph(Generic[S]):
@@ -134,13 +50,13 @@ class CompiledGraph(Generic[S]):
             raise ConfigError(f"checkpointer must be a BaseCheckpointer, got {type(checkpointer).__name__}")
         self.checkpointer: BaseCheckpointer = checkpointer if checkpointer is not None else InMemoryCheckpointer()
         self.state_schema: type[S] = graph.state_schema
-        self.nodes = {name: _with_in_doubt_default(fn, on_in_doubt) for name, fn in graph.nodes.items()}
-        _check_transactional(self.nodes, self.checkpointer)
+        self.nodes = {name: with_in_doubt_default(fn, on_in_doubt) for name, fn in graph.nodes.items()}
+        check_transactional(self.nodes, self.checkpointer)
         self.edges = dict(graph.edges)
         self.conditional = dict(graph.conditional)
         assert graph.entry_point is not None
         self.entry_point: str = graph.entry_point
-        self._async_nodes = {name: _is_async(fn) for name, fn in self.nodes.items()}
+        self._async_nodes = {name: is_async(fn) for name, fn in self.nodes.items()}
         self._fields = set(self.state_schema.field_names()) - {"meta"}
         #: Decoded messages of recent threads: a turn reads only what was stored since the last one.
         self.message_cache = MessageCache()

@@ -10,13 +10,10 @@
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import logging
 import os
 import sqlite3
-import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -39,54 +36,10 @@ from tenxgraph.storage.checkpointer.base import (
     migration_plan,
     prune_in_batches,
 )
+from tenxgraph.storage.checkpointer.sqlite_lock import OFD_SETLK, lock_byte
+from tenxgraph.storage.checkpointer.sqlite_sql import MAX_VARS, MIGRATIONS, PRUNE, PUT_RESULT, insert_messages
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.sync import to_thread
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS threads (
-    thread_id  TEXT PRIMARY KEY,
-    version    INTEGER NOT NULL,
-    state      TEXT NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS messages (
-    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-    thread_id  TEXT NOT NULL,
-    message_id TEXT NOT NULL,
-    data       TEXT NOT NULL,
-    UNIQUE (thread_id, message_id)
-);
-CREATE TABLE IF NOT EXISTS tool_executions (
-    thread_id  TEXT NOT NULL,
-    key        TEXT NOT NULL,
-    result     TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    PRIMARY KEY (thread_id, key)
-);
-CREATE INDEX IF NOT EXISTS tool_executions_created_at ON tool_executions (created_at);
-"""
-# Forward migrations by PRAGMA user_version: what to run to reach each version.
-_MIGRATIONS: dict[int, list[str]] = {
-    1: [s for s in _SCHEMA.split(";") if s.strip()],
-    2: ["ALTER TABLE tool_executions ADD COLUMN status TEXT NOT NULL DEFAULT 'completed'"],
-    3: ["CREATE INDEX IF NOT EXISTS messages_thread_seq ON messages (thread_id, seq)"],
-}
-_PUT_RESULT = (
-    "INSERT INTO tool_executions (thread_id, key, result, created_at, status) VALUES (?, ?, ?, ?, 'completed') "
-    "ON CONFLICT (thread_id, key) DO UPDATE SET result = excluded.result, created_at = excluded.created_at, "
-    "status = 'completed' WHERE tool_executions.status = 'started'"
-)
-_MAX_VARS = 500  # keys per IN (...) list, well under SQLite's variable limit
-_PRUNE = """
-DELETE FROM tool_executions WHERE rowid IN (
-    SELECT te.rowid FROM tool_executions te
-    WHERE te.created_at < ?
-      AND (? OR NOT EXISTS (
-          SELECT 1 FROM threads t
-          WHERE t.thread_id = te.thread_id AND json_extract(t.state, '$.meta.status') IN (?, ?)))
-    LIMIT ?)
-"""
-
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -139,7 +92,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
         with _transaction(conn):
             current = conn.execute("PRAGMA user_version").fetchone()[0]
-            for version, statements in migration_plan(current, _MIGRATIONS, str(self.path)):
+            for version, statements in migration_plan(current, MIGRATIONS, str(self.path)):
                 for statement in statements:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version={version}")
@@ -204,7 +157,7 @@ class SqliteCheckpointer(BaseCheckpointer):
                 "updated_at = excluded.updated_at",
                 (thread_id, actual + 1, text, time.time()),
             )
-            _insert_messages(conn, thread_id, encoded)
+            insert_messages(conn, thread_id, encoded)
         return int(actual) + 1
 
     # -- messages ---------------------------------------------------------------------------------------
@@ -232,7 +185,7 @@ class SqliteCheckpointer(BaseCheckpointer):
     async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
         encoded = encode_messages(messages)
         with self._tx() as conn:
-            _insert_messages(conn, check_thread_id(thread_id), encoded)
+            insert_messages(conn, check_thread_id(thread_id), encoded)
 
     async def alist_interrupted_threads(self, limit: int = 100) -> list[str]:
         rows = self._read(
@@ -268,7 +221,7 @@ class SqliteCheckpointer(BaseCheckpointer):
                     conn.execute("ROLLBACK")
                     return decode_record(str(row[0])), False
                 record = work(conn)
-                conn.execute(_PUT_RESULT, (thread_id, key, dumps(record, f"ledger record {key!r}"), time.time()))
+                conn.execute(PUT_RESULT, (thread_id, key, dumps(record, f"ledger record {key!r}"), time.time()))
                 conn.execute("COMMIT")
             except BaseException:  # an exception, a crash: the tool's writes and the record go together
                 if conn.in_transaction:
@@ -281,8 +234,8 @@ class SqliteCheckpointer(BaseCheckpointer):
         check_thread_id(thread_id)
         found: dict[str, dict[str, JSON]] = {}
         unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), _MAX_VARS):
-            chunk = unique[start : start + _MAX_VARS]
+        for start in range(0, len(unique), MAX_VARS):
+            chunk = unique[start : start + MAX_VARS]
             marks = ",".join("?" * len(chunk))
             rows = self._read(
                 f"SELECT key, result FROM tool_executions WHERE thread_id = ? AND key IN ({marks})",
@@ -294,7 +247,7 @@ class SqliteCheckpointer(BaseCheckpointer):
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         text = dumps(record, f"ledger record {key!r}")
         with self._tx() as conn:
-            return conn.execute(_PUT_RESULT, (check_thread_id(thread_id), key, text, time.time())).rowcount == 1
+            return conn.execute(PUT_RESULT, (check_thread_id(thread_id), key, text, time.time())).rowcount == 1
 
     async def aput_tool_results(
         self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]
@@ -306,7 +259,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             now = time.time()
             with self._tx() as conn:
                 for i, key, text in texts:
-                    out[i] = conn.execute(_PUT_RESULT, (thread_id, key, text, now)).rowcount == 1
+                    out[i] = conn.execute(PUT_RESULT, (thread_id, key, text, now)).rowcount == 1
         return out
 
     async def aput_tool_intent(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
@@ -334,7 +287,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         async def delete_batch() -> int:
             with self._tx() as conn:
                 return int(
-                    conn.execute(_PRUNE, (cutoff, int(include_resumable), *RESUMABLE_STATUSES, batch_size)).rowcount
+                    conn.execute(PRUNE, (cutoff, int(include_resumable), *RESUMABLE_STATUSES, batch_size)).rowcount
                 )
 
         return await prune_in_batches(delete_batch, batch_size)
@@ -352,7 +305,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         where they do not exist, a ``flock`` on a file per thread (in ``<database>.locks/``) stands in."""
         check_thread_id(thread_id)
         digest = hashlib.sha256(thread_id.encode()).digest()
-        if _OFD_SETLK is None:
+        if OFD_SETLK is None:
             path = Path(f"{self.path}.locks") / f"{digest.hex()}.lock"
             path.parent.mkdir(exist_ok=True)
         else:
@@ -360,7 +313,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
-                _lock_byte(fd, int.from_bytes(digest[:8]) >> 2)  # 62 bits: a positive offset that cannot overflow
+                lock_byte(fd, int.from_bytes(digest[:8]) >> 2)  # 62 bits: a positive offset that cannot overflow
             except (BlockingIOError, PermissionError):
                 raise ThreadBusyError(thread_id) from None
             yield  # closing the descriptor (below) releases the lock
@@ -374,24 +327,6 @@ class SqliteCheckpointer(BaseCheckpointer):
             self._conn = None
 
 
-_OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)
-
-
-def _lock_byte(fd: int, offset: int) -> None:
-    """Take the write lock on one byte of *fd* without waiting (``BlockingIOError`` when it is held)."""
-    if _OFD_SETLK is None:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return
-    # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for open-file-description locks)
-    request = struct.pack("@hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
-    try:
-        fcntl.fcntl(fd, _OFD_SETLK, request)
-    except OSError as exc:
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
-            raise BlockingIOError(exc.errno, "the run lock is held") from None
-        raise
-
-
 @contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("BEGIN IMMEDIATE")
@@ -401,11 +336,3 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-
-
-def _insert_messages(conn: sqlite3.Connection, thread_id: str, encoded: list[tuple[str, str]]) -> None:
-    conn.executemany(
-        "INSERT INTO messages (thread_id, message_id, data) VALUES (?, ?, ?) "
-        "ON CONFLICT (thread_id, message_id) DO NOTHING",
-        [(thread_id, mid, text) for mid, text in encoded],
-    )
