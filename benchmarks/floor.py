@@ -2,9 +2,10 @@
 
 For SQLite and PostgreSQL: the refund run (2 parallel calls) and a run whose one tool returns a 100 KB result,
 each with its commits counted; the floor is that many one-row durable commits (SQLite: WAL, synchronous=FULL;
-PostgreSQL: autocommit INSERTs). Also the same 100 KB run without the ledger (``NoLedger``), which is what storing
-the result a second time (in the ledger record as well as in the tool message) costs. Medians and mins of 3
-interleaved series.
+PostgreSQL: autocommit INSERTs). Also the same 100 KB run without the ledger (``NoLedger``), and with a record
+that holds a short reference instead of the output (``OutputByReference``): the difference between that and the
+real run is what storing the result a second time (in the ledger record as well as in the tool message) costs,
+i.e. all that storing it once could save. Medians and mins of 3 interleaved series.
 
     python -m benchmarks.floor [--runs 60]      (PostgreSQL with REPLAYSAFE_PG_DSN; writes benchmarks/floor.json)
 """
@@ -34,7 +35,9 @@ from benchmarks.bench import (
     pg_dsn,
 )
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+from tenxgraph.core.state.messages import JSON
 from tenxgraph.storage.checkpointer import BaseCheckpointer, SqliteCheckpointer
+from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
 
 RESULTS = Path(__file__).with_name("floor.json")
 BIG = "x" * 100_000
@@ -43,6 +46,14 @@ BIG = "x" * 100_000
 def big_result() -> str:
     """Return a large document."""
     return BIG
+
+
+class OutputByReference(DelegatingCheckpointer):
+    """Records written with a short reference in place of the output, as if the result were stored once (in the
+    tool message) and the record pointed at it. Only for measuring: a replay from such a record has no output."""
+
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        return await self.inner.aput_tool_result(thread_id, key, {**record, "output": f"ref:{key}"})
 
 
 def run_of(app: Any) -> Callable[[], None]:
@@ -110,6 +121,7 @@ def main() -> None:
             "refund_floor": floor_of(refund_commits),
             "big_result": run_of(big_app(cp)),
             "big_result_no_ledger": run_of(big_app(NoLedger(cp))),
+            "big_result_stored_once": run_of(big_app(OutputByReference(cp))),
         }
         if saver is not None:
             contenders["big_result_langgraph"] = langgraph_calls(saver, big_result, [{}])
@@ -122,6 +134,8 @@ def main() -> None:
             row[f"{name}_ms"] = {"median": round(statistics.median(values), 3), "min": round(min(values), 3)}
         ratios = [a / b for a, b in zip(series["refund"], series["refund_floor"], strict=True)]
         row["refund_over_floor"] = {"median": round(statistics.median(ratios), 2), "min": round(min(ratios), 2)}
+        once = [a - b for a, b in zip(series["big_result"], series["big_result_stored_once"], strict=True)]
+        row["second_copy_ms"] = {"median": round(statistics.median(once), 3), "min": round(min(once), 3)}
         if saver is not None:
             big = [a / b for a, b in zip(series["big_result"], series["big_result_langgraph"], strict=True)]
             row["big_result_over_langgraph"] = {"median": round(statistics.median(big), 2), "min": round(min(big), 2)}
