@@ -25,21 +25,24 @@ def test_scenario_runs_with_and_without_the_ledger() -> None:
 
 
 def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> None:
-    """Run lock + unlock (no commit), thread read, start write, 3 advances, 1 ledger read (one tool node): 8; then
-    one statement per ledger write: 1 when the two calls return together (group commit), 2 when apart (the
-    scenario's sync tools finish in threads, so which one happens is up to the scheduler)."""
+    """Statements: run lock + unlock (no commit), thread read, start write, 3 advances, 1 ledger read (one tool
+    node): 8, plus BEGIN and COMMIT around the last advance; then one per ledger write: 1 when the two calls
+    return together (group commit), 2 when apart (the scenario's sync tools finish in threads, so which one
+    happens is up to the scheduler). Round trips: 6 plus the ledger writes; the lock travels with the thread read,
+    and the unlock with the last advance (pipelined after its COMMIT)."""
     from tests.test_group_commit import CountingWrites
 
     cp = bench.make_pg(pg_dsn, pg_schema, counting=True)
     counting = CountingWrites(cp)
     run = bench.ours(counting)
     run()  # schema setup happens on first use
-    bench.RoundTrips.count = 0
+    bench.RoundTrips.reset()
     counting.writes.clear()
     for _ in range(3):
         run()
     assert sum(counting.writes) == 3 * 2 and len(counting.writes) in range(3, 7)  # 2 records per run, 1-2 writes
-    assert bench.RoundTrips.count == 3 * 8 + len(counting.writes)
+    assert bench.RoundTrips.statements == 3 * 10 + len(counting.writes)
+    assert bench.RoundTrips.count == 3 * 6 + len(counting.writes)
     bench.close_pg(cp)
 
 
@@ -56,8 +59,9 @@ def test_in_doubt_opt_in_costs_one_statement_per_call(pg_dsn: str, pg_schema: st
     counting = CountingWrites(cp)
     app = ReactAgent(ScriptedModel(script), tools=tools).compile(counting)
     app.invoke(scenario.tenxgraph_input(), {"thread_id": "warm"})
-    bench.RoundTrips.count = 0
+    bench.RoundTrips.reset()
     counting.writes.clear()
     app.invoke(scenario.tenxgraph_input(), {"thread_id": "measured"})
-    assert bench.RoundTrips.count == 8 + len(counting.writes) + 2  # the plain run's, plus one intent per call
+    assert bench.RoundTrips.statements == 10 + len(counting.writes) + 2  # the plain run's, plus one intent per call
+    assert bench.RoundTrips.count == 6 + len(counting.writes) + 2
     bench.close_pg(cp)

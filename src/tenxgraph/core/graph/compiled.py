@@ -169,12 +169,12 @@ class CompiledGraph(Generic[S]):
             meta = state.meta
             if meta.status in ("running", "error") and meta.current_node not in (None, END):
                 emit_event("run_resumed", logging.INFO, thread_id=tid, node=meta.current_node, status=meta.status)
-                async for event in run.loop():
+                async for event in run.loop(last=not (new_messages or new_values)):
                     yield event
             fresh = run.unseen(new_messages, "input")
             if fresh or new_values:
                 await run.start(fresh, new_values)
-                async for event in run.loop():
+                async for event in run.loop(last=True):
                     yield event
             yield StreamEvent(
                 END, run.state.meta.step, result=RunResult(tid, run.state, run.version, cfg.thread_id_generated)
@@ -244,7 +244,8 @@ class _Run(Generic[S]):
         self.state.meta.error = None
         await self._write(messages)
 
-    async def loop(self) -> AsyncIterator[StreamEvent]:
+    async def loop(self, last: bool) -> AsyncIterator[StreamEvent]:
+        """Run nodes until END. *last*: no input follows this walk, so its END write is the run's last one."""
         graph, cfg, meta = self.graph, self.cfg, self.state.meta
         while meta.current_node not in (None, END):
             node = meta.current_node
@@ -264,6 +265,8 @@ class _Run(Generic[S]):
             meta.current_node = None if nxt == END else nxt
             meta.status = "done" if nxt == END else "running"
             meta.error = None
+            if last and nxt == END:  # the run's last write: the run lock may go in the same round trip
+                graph.checkpointer.release_lock_with_next_write(cfg.thread_id)
             await self._write(messages)
             crash_point("run.after_advance")
             self.steps += 1

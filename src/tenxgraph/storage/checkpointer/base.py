@@ -174,6 +174,12 @@ class BaseCheckpointer(ABC):
         a crashed worker never blocks recovery. The default is process-local (right for in-memory storage)."""
         return _local_run_lock(self, thread_id)
 
+    def release_lock_with_next_write(self, thread_id: str) -> None:
+        """A hint from the run loop: the next state write of *thread_id* is the last one of a run that holds its
+        run lock. A checkpointer may release the lock in the same round trip, after the write (PostgreSQL
+        pipelines the unlock behind it); if that write never happens, the lock is released as usual when
+        :meth:`arun_lock` exits. The default does nothing."""
+
     async def acheck_run_lock(self, thread_id: str) -> None:
         """Fencing: raise :class:`RunLockLostError` if this process no longer holds the run lock of *thread_id* it
         took with :meth:`arun_lock`. The run loop asks before invoking each tool and before each state write. The

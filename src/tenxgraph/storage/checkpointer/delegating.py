@@ -92,6 +92,9 @@ class DelegatingCheckpointer(BaseCheckpointer):
         async with self.inner.arun_lock(thread_id):
             yield
 
+    def release_lock_with_next_write(self, thread_id: str) -> None:
+        self.inner.release_lock_with_next_write(thread_id)
+
     async def acheck_run_lock(self, thread_id: str) -> None:
         await self.inner.acheck_run_lock(thread_id)
 
