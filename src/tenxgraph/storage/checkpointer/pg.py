@@ -11,7 +11,8 @@ truncated, result JSONB, ``created_at`` indexed for pruning) and ``schema_versio
 Round trips: a ledger write is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE status = 'started'`` (a result
 replaces an intent, never another result), and so is a group of records (from one JSON parameter); a node's
 ledger read is one ``SELECT ... key = ANY(...)``; a state write is one statement (compare-and-swap plus the new
-messages, in CTEs); taking the run lock and reading the thread's state share one pipelined round trip. While a
+messages, in CTEs); taking the run lock and reading the thread's state share one pipelined round trip, and so do
+the run's last write and the lock's release. While a
 run holds its thread's run lock, its state reads and writes and its ledger reads use the lock's own connection
 (fencing). Only transient
 failures are retried (:mod:`.pg_connect`); a retried state write whose first attempt may have committed is
@@ -561,7 +562,7 @@ class PgCheckpointer(BaseCheckpointer):
     async def arun_lock(self, thread_id: str) -> AsyncIterator[None]:
         """A session advisory lock on a connection held for the run: PostgreSQL releases it when the holder's
         connection dies (a killed worker), so recovery never waits for a lease. Two statements per run, no
-        commit. While it is held, the thread's state and ledger reads and state writes use this same connection.
+        commit, and no round trip of their own: the lock goes with the first read, the unlock with the last write. While it is held, the thread's state and ledger reads and state writes use this same connection.
         The thread's state is read in the lock's own round trip (pipelined, so it is read after the lock is
         taken): the run's first :meth:`aget_thread` costs nothing more."""
         check_thread_id(thread_id)
