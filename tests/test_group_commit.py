@@ -5,6 +5,7 @@ leaves each call exactly where it would be alone."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 
 import pytest
@@ -14,6 +15,7 @@ from tenxgraph.core.state.messages import JSON
 from tenxgraph.errors import SerializationError
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
+from tenxgraph.utils.sync import wait_threads_idle
 
 
 class CountingWrites(DelegatingCheckpointer):
@@ -67,6 +69,48 @@ def test_calls_that_return_together_are_recorded_in_one_write(checkpointer: Base
     assert len(checkpointer.list_tool_results(f"fan-{n}")) == n
     again = app.invoke(None, {"thread_id": f"fan-{n}"})  # nothing to resume: nothing runs again
     assert again.final_text == "All fetched." and set(runs.values()) == {1}
+
+
+class BlockingFirstWrite(CountingWrites):
+    """A first ledger write that blocks the event loop (as SQLite's do) until every other call has returned: their
+    calls are ready to go on when it ends, but none could record during it."""
+
+    def __init__(self, inner: BaseCheckpointer, release: threading.Event, returned: threading.Semaphore) -> None:
+        super().__init__(inner)
+        self.release, self.returned, self.others = release, returned, 0
+
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        if not self.writes:
+            self.release.set()
+            for _ in range(self.others):  # synchronously, like a blocking write: the loop runs nothing meanwhile
+                assert self.returned.acquire(timeout=30)
+            assert wait_threads_idle(30)  # and their worker threads have handed their results back to the loop
+        return await super().aput_tool_result(thread_id, key, record)
+
+
+def test_records_of_calls_that_returned_during_a_blocking_write_are_written_together(
+    checkpointer: BaseCheckpointer,
+) -> None:
+    """Without the writer's turn of the event loop before each group, each of those calls wrote alone (n - 1
+    writes after the first); now they are one group."""
+    n = 8
+    release, returned = threading.Event(), threading.Semaphore(0)
+
+    def fetch(item: int) -> str:
+        """Fetch an item (a plain function: it runs in a worker thread)."""
+        if item:
+            release.wait(30)
+            returned.release()
+        return f"item {item}"
+
+    model = ScriptedModel([Reply(tool_calls=[("fetch", {"item": i}) for i in range(n)]), "All fetched."])
+    counting = BlockingFirstWrite(checkpointer, release, returned)
+    counting.others = n - 1
+    app = ReactAgent(model, tools=[fetch]).compile(checkpointer=counting)
+    result = app.invoke({"messages": [Message.user("fetch them")]}, {"thread_id": "blocked"})
+    assert result.final_text == "All fetched."
+    assert counting.writes == [1, n - 1]
+    assert len(checkpointer.list_tool_results("blocked")) == n
 
 
 def test_a_replay_after_a_group_write_runs_nothing_again(checkpointer: BaseCheckpointer) -> None:

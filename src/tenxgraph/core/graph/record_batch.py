@@ -3,9 +3,11 @@ in one durable write (one transaction, one commit), and a call that returns alon
 
 The first record to arrive is written by the call that brought it, after one turn of the event loop (so that
 siblings which returned at the same moment, and are ready to run, join it). Records that arrive while that write
-is in flight wait; when it is done, the first of them writes all that are waiting, in one
-:meth:`BaseCheckpointer.aput_tool_results`. Each call still goes on only once its own record is durable (or its
-write failed, which it logs as before: the failed-record-write gap). A crash stops the writer and its group alike.
+is in flight wait; when it is done, the first of them writes, after one turn of the loop, all that are waiting
+then, in one :meth:`BaseCheckpointer.aput_tool_results`. (A backend whose writes block the loop, as SQLite's do,
+gets its siblings' records only in that turn: their calls returned during the write but could not run.) Each call
+still goes on only once its own record is durable (or its write failed, which it logs as before: the
+failed-record-write gap). A crash stops the writer and its group alike.
 """
 
 from __future__ import annotations
@@ -49,13 +51,14 @@ class RecordBatch:
             if outcome is not _LEAD:
                 return self._result(outcome)
         self._busy = True
-        if not self.groups:  # the node's first write: let siblings that returned at the same moment join it
-            try:
-                await asyncio.sleep(0)
-            except BaseException:  # cancelled before writing: nothing of it was written; the next one leads
-                self._waiting.remove(mine)
-                self._pass_on()
-                raise
+        # Every group's writer first lets the calls that are ready to run (they returned at the same moment, or
+        # while the last write blocked the loop, as SQLite's do) join it: one turn of the event loop.
+        try:
+            await asyncio.sleep(0)
+        except BaseException:  # cancelled before writing: nothing of it was written; the next one leads
+            self._waiting.remove(mine)
+            self._pass_on()
+            raise
         group = [w for w in self._waiting if not w.done.cancelled()]  # (a cancelled call records nothing)
         self._waiting = []
         self.groups.append(len(group))

@@ -562,8 +562,9 @@ class PgCheckpointer(BaseCheckpointer):
     async def arun_lock(self, thread_id: str) -> AsyncIterator[None]:
         """A session advisory lock on a connection held for the run: PostgreSQL releases it when the holder's
         connection dies (a killed worker), so recovery never waits for a lease. Two statements per run, no
-        commit, and no round trip of their own: the lock goes with the first read, the unlock with the last write. While it is held, the thread's state and ledger reads and state writes use this same connection.
-        The thread's state is read in the lock's own round trip (pipelined, so it is read after the lock is
+        commit, and no round trip of their own: the lock goes with the first read, the unlock with the last write.
+        While it is held, the thread's state and ledger reads and state writes use this same connection. The
+        thread's state is read in the lock's own round trip (pipelined, so it is read after the lock is
         taken): the run's first :meth:`aget_thread` costs nothing more."""
         check_thread_id(thread_id)
         pool = await self._ensure_open()
