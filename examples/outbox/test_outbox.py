@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from examples.outbox.agent import build_outbox_agent, outbox_table
+from examples.outbox.agent import build_outbox_agent, outbox_table, relay
 from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.harness import CrashRun
 from tenxgraph import Message
@@ -44,7 +44,24 @@ def test_the_email_is_queued_and_sent_exactly_once(crash_run: CrashRun, effects:
     assert result.final_text == "I emailed you about your refund."
     assert queued(cp, crash_run.thread_id) == 1  # whatever the crash: the row commits with the ledger record
     database = cp.postgres_dsn if cp.transactions == "async" else str(cp.path)
-    relay = [sys.executable, "-m", "examples.outbox", "relay", database, str(effects.path), outbox_table(cp)]
-    subprocess.run(relay, cwd=ROOT, check=True, capture_output=True, timeout=60)  # a process of its own
+    # The relay reads only the database: it shares nothing with the run (test_the_relay_runs_as_a_process_of_its_own
+    # runs it as `python -m examples.outbox relay`, which costs an interpreter start per call).
+    relay(database, effects, outbox_table(cp))
     sent = [e for e in effects.applied("email") if e["payload"]["thread"] == crash_run.thread_id]
     assert len(sent) == 1
+
+
+def test_the_relay_runs_as_a_process_of_its_own(tmp_path: Path) -> None:
+    """`python -m examples.outbox relay DATABASE EFFECTS`: the queued email is sent once, and not again."""
+    from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+    database = tmp_path / "outbox.db"
+    effects = Effects(tmp_path / "effects.db")
+    cp = SqliteCheckpointer(database)
+    app = build_outbox_agent(cp, lambda tx, row: effects.apply_in(tx, "queued", row))
+    app.invoke(REQUEST, {"thread_id": "t1"})
+    command = [sys.executable, "-m", "examples.outbox", "relay", str(database), str(effects.path), outbox_table(cp)]
+    for expected in ("1", "0"):  # a second relay finds nothing left to send
+        done = subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True, timeout=60)
+        assert done.stdout.strip() == expected
+    assert len(effects.applied("email")) == 1
