@@ -284,8 +284,12 @@ def langgraph_installed() -> bool:
     return True
 
 
-def crash_matrix_throughput(workdir: Path, hits_per_mode: int) -> dict[str, Any]:
-    """Cells per second of the harness on the support agent (SQLite), per mode."""
+def crash_matrix_throughput(
+    workdir: Path, hits_per_mode: int, backend: str = "sqlite", shared: BaseCheckpointer | None = None
+) -> dict[str, Any]:
+    """Cells per second of the harness on the support agent, per mode: on SQLite (a file per item, as the plugin
+    does) or on *shared*, one checkpointer for every item (as the plugin shares one PostgreSQL schema per
+    worker)."""
     from examples.support_refund.agent import build_support_agent
     from pytest_replaysafe.effects import Effects
     from pytest_replaysafe.gaps import KNOWN_GAPS
@@ -302,10 +306,10 @@ def crash_matrix_throughput(workdir: Path, hits_per_mode: int) -> dict[str, Any]
         while cells < hits_per_mode:
             for point in points:
                 d = Path(tempfile.mkdtemp(dir=workdir))
-                cp = SqliteCheckpointer(d / "state.db")
+                cp = shared if shared is not None else SqliteCheckpointer(d / "state.db")
                 run = CrashRun(
-                    nodeid=f"bench-{point}",
-                    cell=Cell(point, "sqlite", mode),
+                    nodeid=f"bench-{point}-{mode}-{cells}",  # its own threads, also on a shared checkpointer
+                    cell=Cell(point, backend, mode),
                     checkpointer=cp,
                     workdir=d,
                     seed=1,
@@ -321,7 +325,8 @@ def crash_matrix_throughput(workdir: Path, hits_per_mode: int) -> dict[str, Any]
                     run.invoke(build_support_agent(cp, payments), request)
                 cells += len(run.results)
                 durations += [r.duration_s * 1000 for r in run.results]
-                cp.close()
+                if shared is None:
+                    cp.close()
         elapsed = time.perf_counter() - started
         out[mode] = {
             "cells": cells,
@@ -414,6 +419,16 @@ def main() -> None:
     print("crash-matrix throughput (support agent on SQLite)...", flush=True)
     cells_dir = Path(tempfile.mkdtemp(dir="/dev/shm")) if os.access("/dev/shm", os.W_OK) else tmp  # as the plugin
     extra["crash_matrix"] = crash_matrix_throughput(cells_dir, 12 if args.quick else 60)
+    if dsn:
+        print("crash-matrix throughput (support agent on PostgreSQL, one schema for every item)...", flush=True)
+        from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+        with pg_schema(dsn, "bench_matrix") as schema:
+            shared = PgCheckpointer(postgres_dsn=dsn, schema=schema)
+            extra["crash_matrix_postgres"] = crash_matrix_throughput(
+                cells_dir, 12 if args.quick else 60, "postgres", shared
+            )
+            shared.close()
     result = {
         "scenario": "refund",
         "rows": rows,
@@ -436,8 +451,12 @@ def main() -> None:
     print(f"ledger cost per tool call (ms): { {b: v['per_tool_call_ms'] for b, v in ledger.items()} }")
     if "postgres_round_trips_per_run" in extra:
         print(f"PostgreSQL round trips per run: {extra['postgres_round_trips_per_run']}")
-    for mode, figures in extra["crash_matrix"].items():
-        print(f"crash matrix {mode}: {figures['cells_per_s']} cells/s, median cell {figures['median_cell_ms']} ms")
+    for key, backend in (("crash_matrix", "sqlite"), ("crash_matrix_postgres", "postgres")):
+        for mode, figures in extra.get(key, {}).items():
+            print(
+                f"crash matrix {backend} {mode}: {figures['cells_per_s']} cells/s, "
+                f"median cell {figures['median_cell_ms']} ms"
+            )
     print(f"written: {RESULTS}")
     asyncio.set_event_loop_policy(None)
 
