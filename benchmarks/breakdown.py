@@ -1,0 +1,105 @@
+"""Where time goes, for the figures docs/benchmarks.md explains its misses with (not part of ``make bench``).
+
+- ``hop``: one tool call's run in memory with a plain-function tool (a worker-thread hop per call) and with an
+  ``async def`` tool, interleaved.
+- ``sigkill``: a SIGKILL cell of the crash matrix on SQLite, split into the fork, the child's run to its crash
+  point and its death (until the parent has reaped it), and the resume in the parent.
+
+    python -m benchmarks.breakdown [--runs 300] [--cells 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+
+def fetch(item: int) -> str:
+    """Fetch an item."""
+    return f"item {item}"
+
+
+async def afetch(item: int) -> str:
+    """Fetch an item."""
+    return f"item {item}"
+
+
+def hop(runs: int) -> dict[str, float]:
+    apps: dict[str, Any] = {
+        name: ReactAgent(
+            ScriptedModel([Reply(tool_calls=[(tool.__name__, {"item": 1})]), "done"]), tools=[tool]
+        ).compile(checkpointer=InMemoryCheckpointer())
+        for name, tool in (("sync_tool_ms", fetch), ("async_tool_ms", afetch))
+    }
+
+    async def measure() -> dict[str, float]:
+        times: dict[str, list[float]] = {name: [] for name in apps}
+        for chunk in range(runs // 10 + 5):
+            for name, app in apps.items():
+                for _ in range(10):
+                    started = time.perf_counter()
+                    await app.ainvoke({"messages": [Message.user("go")]}, {"thread_id": uuid.uuid4().hex})
+                    if chunk >= 5:  # the first chunks warm up
+                        times[name].append((time.perf_counter() - started) * 1000)
+        return {name: round(statistics.median(values), 3) for name, values in times.items()}
+
+    return asyncio.run(measure())
+
+
+def sigkill(cells: int) -> dict[str, float]:
+    from benchmarks.bench import crash_matrix_throughput
+    from pytest_replaysafe import modes
+
+    phases: dict[str, list[float]] = {"fork_ms": [], "child_until_reaped_ms": [], "resume_ms": []}
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                phases[name].append((time.perf_counter() - started) * 1000)
+
+        return wrapper
+
+    # the mode module's own references, replaced for the measurement and put back after it
+    patched = {"fork_child": "fork_ms", "wait_child": "child_until_reaped_ms"}
+    saved = {name: getattr(modes, name) for name in patched}
+    saved_resume = modes.SigKill.resume
+    for name, phase in patched.items():
+        setattr(modes, name, timed(phase, saved[name]))
+    setattr(modes.SigKill, "resume", timed("resume_ms", saved_resume))  # noqa: B010
+    try:
+        workdir = Path(tempfile.mkdtemp(dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None))
+        cell = crash_matrix_throughput(workdir, cells)["sigkill"]
+    finally:
+        for name, fn in saved.items():
+            setattr(modes, name, fn)
+        setattr(modes.SigKill, "resume", saved_resume)  # noqa: B010
+    out = {name: round(statistics.median(values), 2) for name, values in phases.items()}
+    return {"cells": cell["cells"], "median_cell_ms": cell["median_cell_ms"], **out}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--cells", type=int, default=60)
+    args = parser.parse_args()
+    print(f"load average at start {os.getloadavg()[0]:.2f}, {os.cpu_count()} cpus")
+    print("one call's run in memory (median ms):", hop(args.runs))
+    print("a SIGKILL cell on SQLite (median ms):", sigkill(args.cells))
+
+
+if __name__ == "__main__":
+    main()
