@@ -698,3 +698,43 @@ def test_a_run_waiting_for_the_lock_sees_the_last_write_the_moment_it_gets_the_l
         if seen != [2]:
             stale.append(trial)
     assert stale == []
+
+
+def test_readers_of_a_thread_this_process_is_running_share_its_lock_connection_safely(
+    pg_checkpointer: PgCheckpointer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server's state endpoint reads a thread while a run (a request, or recovery) in the same process holds its
+    lock: the reads go through the lock's connection, one statement at a time, never into the run's pipeline.
+    Without the guard nearly every one of these runs broke its connection ("another command is already in
+    progress") and a reader failed."""
+    cp = pg_checkpointer
+    from benchmarks.scenario import tenxgraph_app, tenxgraph_input
+
+    app = tenxgraph_app(cp)
+    errors: list[str] = []
+
+    async def trials() -> None:
+        for trial in range(30):
+            thread, done = f"r{trial}", asyncio.Event()
+
+            async def reader(thread: str = thread, done: asyncio.Event = done) -> None:
+                while not done.is_set():
+                    try:
+                        await cp.aget_thread(thread)
+                        await cp.alist_messages(thread)
+                    except Exception as exc:
+                        errors.append(f"reader: {type(exc).__name__}: {exc}")
+                    await asyncio.sleep(0)
+
+            readers = [asyncio.ensure_future(reader()) for _ in range(3)]
+            try:
+                result = await app.ainvoke(tenxgraph_input(), {"thread_id": thread})
+                assert result.status == "done"
+            finally:
+                done.set()
+                await asyncio.gather(*readers)
+
+    with caplog.at_level(logging.WARNING):
+        run_sync(trials())
+    assert errors == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -139,6 +139,9 @@ class PgCheckpointer(BaseCheckpointer):
         self._set_up = False
         self._open_lock: asyncio.Lock | None = None
         self._lock_conns: dict[str, psycopg.AsyncConnection[Any]] = {}  # run locks held by this process
+        # One statement (or pipeline) at a time on a lock's connection: the run and any other reader of its thread
+        # in this process (a server's state endpoint) share it, and a pipeline must not take in a stranger's query.
+        self._lock_guards: dict[str, asyncio.Lock] = {}
         # The thread's state, read in the same round trip as taking its lock (a run's first read), until used.
         self._read_with_lock: dict[str, ThreadSnapshot | None] = {}
         # Threads whose next state write is their run's last: "pending", then "released" once the unlock went
@@ -163,7 +166,7 @@ class PgCheckpointer(BaseCheckpointer):
         loop = asyncio.get_running_loop()
         if self._pid != os.getpid():  # a forked child never uses the parent's sockets
             self._pid, self._loop, self._ready, self._open_lock = os.getpid(), None, False, None
-            self._lock_conns, self._read_with_lock, self._unlock_with_write = {}, {}, {}
+            self._lock_conns, self._lock_guards, self._read_with_lock, self._unlock_with_write = {}, {}, {}, {}
             self._pool = self._user_pool if self.postgres_dsn is None else None
             if self._cache is not None:
                 self._cache.forget_after_fork()
@@ -243,14 +246,18 @@ class PgCheckpointer(BaseCheckpointer):
         (never retried elsewhere: if that connection is gone, so is the lock, and the run must stop), else on
         the pool with retries."""
         conn = self._lock_conns.get(thread_id)
-        if conn is None:
-            return await self._retrying(what, op)
-        try:
-            return await op(conn)
-        except psycopg.OperationalError as exc:
-            if conn.broken or conn.closed:
-                raise RunLockLostError(thread_id, f"its PostgreSQL connection failed during the {what}: {exc}") from exc
-            raise
+        if conn is not None:
+            async with self._lock_guards[thread_id]:
+                if self._lock_conns.get(thread_id) is conn:  # (else the run ended meanwhile: the pool's connection)
+                    try:
+                        return await op(conn)
+                    except psycopg.OperationalError as exc:
+                        if conn.broken or conn.closed:
+                            raise RunLockLostError(
+                                thread_id, f"its PostgreSQL connection failed during the {what}: {exc}"
+                            ) from exc
+                        raise
+        return await self._retrying(what, op)
 
     async def asetup(self) -> None:
         """Create or migrate the schema. Idempotent; safe to call from several processes at once."""
@@ -574,14 +581,17 @@ class PgCheckpointer(BaseCheckpointer):
             self._read_with_lock[thread_id] = (
                 None if found is None else ThreadSnapshot(thread_id, found[1], int(found[0]))
             )
+            guard = self._lock_guards[thread_id] = asyncio.Lock()
             self._lock_conns[thread_id] = conn
             try:
                 yield
             finally:
-                self._lock_conns.pop(thread_id, None)
-                self._read_with_lock.pop(thread_id, None)
-                if self._unlock_with_write.pop(thread_id, None) != "released":  # not behind the last write
-                    await self._unlock(conn, thread_id, key)
+                async with guard:  # a reader on this connection finishes first; later ones go to the pool
+                    self._lock_conns.pop(thread_id, None)
+                    self._lock_guards.pop(thread_id, None)
+                    self._read_with_lock.pop(thread_id, None)
+                    if self._unlock_with_write.pop(thread_id, None) != "released":  # not behind the last write
+                        await self._unlock(conn, thread_id, key)
 
     async def _unlock(self, conn: psycopg.AsyncConnection[Any], thread_id: str, key: int) -> None:
         try:
