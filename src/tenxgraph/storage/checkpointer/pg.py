@@ -12,11 +12,10 @@ Round trips: a ledger write is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE 
 replaces an intent, never another result), and so is a group of records (from one JSON parameter); a node's
 ledger read is one ``SELECT ... key = ANY(...)``; a state write is one statement (compare-and-swap plus the new
 messages, in CTEs); taking the run lock and reading the thread's state share one pipelined round trip, and so do
-the run's last write and the lock's release. While a
-run holds its thread's run lock, its state reads and writes and its ledger reads use the lock's own connection
-(fencing). Only transient
-failures are retried (:mod:`.pg_connect`); a retried state write whose first attempt may have committed is
-recognised as ours instead of being reported stale.
+the run's last write and the lock's release. While a run holds its thread's run lock, its state reads and writes
+and its ledger reads use the lock's own connection (fencing), one statement or pipeline at a time (other readers
+of the thread in this process share it). Only transient failures are retried (:mod:`.pg_connect`); a retried
+state write whose first attempt may have committed is recognised as ours instead of being reported stale.
 
 Its SQL is in :mod:`.pg_sql`, connecting and retries in :mod:`.pg_connect`, the Redis cache in :mod:`.pg_cache`.
 This module stays over the ~350-line guideline on purpose: it is one class, the whole checkpointer contract on
