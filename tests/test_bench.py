@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from benchmarks import bench
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 from tests.helpers import SpyCheckpointer
@@ -25,11 +27,11 @@ def test_scenario_runs_with_and_without_the_ledger() -> None:
 
 
 def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> None:
-    """Statements: run lock + unlock (no commit), thread read, start write, 3 advances, 1 ledger read (one tool
-    node): 8, plus BEGIN and COMMIT around the last advance; then one per ledger write: 1 when the two calls
-    return together (group commit), 2 when apart (the scenario's sync tools finish in threads, so which one
-    happens is up to the scheduler). Round trips: 6 plus the ledger writes; the lock travels with the thread read,
-    and the unlock with the last advance (pipelined after its COMMIT)."""
+    """Statements: run lock + unlock (no commit), thread read, message read, start write, 3 advances, 1 ledger read
+    (one tool node): 9, plus BEGIN and COMMIT around the last advance; then one per ledger write: 1 when the two
+    calls return together (group commit), 2 when apart (the scenario's sync tools finish in threads, so which one
+    happens is up to the scheduler). Round trips: 6 plus the ledger writes; the lock travels with the thread and
+    message reads, and the unlock with the last advance (pipelined after its COMMIT)."""
     from tests.test_group_commit import CountingWrites
 
     cp = bench.make_pg(pg_dsn, pg_schema, counting=True)
@@ -41,7 +43,7 @@ def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> Non
     for _ in range(3):
         run()
     assert sum(counting.writes) == 3 * 2 and len(counting.writes) in range(3, 7)  # 2 records per run, 1-2 writes
-    assert bench.RoundTrips.statements == 3 * 10 + len(counting.writes)
+    assert bench.RoundTrips.statements == 3 * 11 + len(counting.writes)
     assert bench.RoundTrips.count == 3 * 6 + len(counting.writes)
     bench.close_pg(cp)
 
@@ -62,6 +64,30 @@ def test_in_doubt_opt_in_costs_one_statement_per_call(pg_dsn: str, pg_schema: st
     bench.RoundTrips.reset()
     counting.writes.clear()
     app.invoke(scenario.tenxgraph_input(), {"thread_id": "measured"})
-    assert bench.RoundTrips.statements == 10 + len(counting.writes) + 2  # the plain run's, plus one intent per call
+    assert bench.RoundTrips.statements == 11 + len(counting.writes) + 2  # the plain run's, plus one intent per call
     assert bench.RoundTrips.count == 6 + len(counting.writes) + 2
+    bench.close_pg(cp)
+
+
+def test_a_turn_of_an_existing_thread_reads_its_messages_in_the_locks_round_trip(pg_dsn: str, pg_schema: str) -> None:
+    """Turn 2 of a thread reads its state and its new messages with the lock: no more round trips or statements
+    than the first turn of a new thread, with the graph that ran turn 1 and with a new graph object (which reads
+    the whole log). Without the read in the lock's round trip a later turn cost one round trip more."""
+    from benchmarks.turns import app
+    from tenxgraph import Message
+
+    cp = bench.make_pg(pg_dsn, pg_schema, counting=True)
+
+    def turn(graph: Any, thread: str, n: int) -> tuple[int, int]:
+        bench.RoundTrips.reset()
+        result = graph.invoke({"messages": [Message.text_message(f"where is order {n}?")]}, {"thread_id": thread})
+        assert result.final_text == "Order 1042 is delivered."
+        return bench.RoundTrips.count, bench.RoundTrips.statements
+
+    graph = app(cp)
+    turn(graph, "warm-up", 1)
+    first = turn(graph, "t", 1)  # a new thread: nothing to read but its (missing) row
+    second = turn(graph, "t", 2)  # the graph keeps turn 1's messages: reads the rows after them
+    cold = turn(app(cp), "t", 3)  # a new graph object: reads the whole log, still in the lock's round trip
+    assert second == cold == first, (first, second, cold)
     bench.close_pg(cp)

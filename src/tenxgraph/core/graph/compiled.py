@@ -152,6 +152,7 @@ class CompiledGraph(Generic[S]):
 
     async def _run(self, input: Mapping[str, Any] | None, cfg: RunConfig) -> AsyncIterator[StreamEvent]:
         new_messages, new_values = self._parse_input(input)
+        self.checkpointer.read_with_lock(cfg.thread_id, self.message_cache.after(self.checkpointer, cfg.thread_id))
         async with hold_run_lock(self.checkpointer, cfg.thread_id, cfg.lock_timeout):  # one run per thread at a time
             cp = self.checkpointer
             tid = cfg.thread_id

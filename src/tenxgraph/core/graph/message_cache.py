@@ -37,14 +37,22 @@ class MessageCache:
         self._owner: weakref.ref[BaseCheckpointer] | None = None  # what the kept messages were read from
         self._lock = threading.Lock()  # graphs are shared between threads of a server
 
-    async def load(self, checkpointer: BaseCheckpointer, thread_id: str) -> list[Message]:
-        """The thread's messages in stored order, reading only those stored since the last load."""
+    def _kept_for(self, checkpointer: BaseCheckpointer, thread_id: str) -> _Kept | None:
         with self._lock:
             if self._owner is None or self._owner() is not checkpointer:  # other storage: nothing kept applies
                 self._kept.clear()
                 self._owner = weakref.ref(checkpointer)
-            kept = self._kept.get(thread_id)
-        after = kept.last_seq if kept is not None and self.max_threads else 0
+            return self._kept.get(thread_id) if self.max_threads else None
+
+    def after(self, checkpointer: BaseCheckpointer, thread_id: str) -> int:
+        """The sequence number the next :meth:`load` of *thread_id* reads after (0: the whole log)."""
+        kept = self._kept_for(checkpointer, thread_id)
+        return kept.last_seq if kept is not None else 0
+
+    async def load(self, checkpointer: BaseCheckpointer, thread_id: str) -> list[Message]:
+        """The thread's messages in stored order, reading only those stored since the last load."""
+        kept = self._kept_for(checkpointer, thread_id)
+        after = kept.last_seq if kept is not None else 0
         found = await checkpointer.alist_messages_after(thread_id, after)
         if found is None:  # storage without sequence numbers: the whole log, every time
             return await checkpointer.alist_messages(thread_id)

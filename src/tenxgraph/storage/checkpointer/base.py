@@ -174,6 +174,12 @@ class BaseCheckpointer(ABC):
         a crashed worker never blocks recovery. The default is process-local (right for in-memory storage)."""
         return _local_run_lock(self, thread_id)
 
+    def read_with_lock(self, thread_id: str, messages_after: int) -> None:
+        """A hint from the run loop, before it takes the run lock of *thread_id*: its first reads will be the
+        thread's state and its messages stored after sequence number *messages_after*. A checkpointer may read them
+        in the lock's own round trip and answer those first reads from it (PostgreSQL does). The default does
+        nothing."""
+
     def release_lock_with_next_write(self, thread_id: str) -> None:
         """A hint from the run loop: the next state write of *thread_id* is the last one of a run that holds its
         run lock. A checkpointer may release the lock in the same round trip, after the write (PostgreSQL

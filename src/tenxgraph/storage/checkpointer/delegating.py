@@ -92,6 +92,9 @@ class DelegatingCheckpointer(BaseCheckpointer):
         async with self.inner.arun_lock(thread_id):
             yield
 
+    def read_with_lock(self, thread_id: str, messages_after: int) -> None:
+        self.inner.read_with_lock(thread_id, messages_after)
+
     def release_lock_with_next_write(self, thread_id: str) -> None:
         self.inner.release_lock_with_next_write(thread_id)
 

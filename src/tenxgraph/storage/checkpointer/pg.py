@@ -9,13 +9,14 @@ Schema (created by :meth:`setup`, idempotent, under an advisory lock): ``threads
 truncated, result JSONB, ``created_at`` indexed for pruning) and ``schema_version``.
 
 Round trips: a ledger write is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE status = 'started'`` (a result
-replaces an intent, never another result), and so is a group of records (from one JSON parameter); a node's
-ledger read is one ``SELECT ... key = ANY(...)``; a state write is one statement (compare-and-swap plus the new
-messages, in CTEs); taking the run lock and reading the thread's state share one pipelined round trip, and so do
-the run's last write and the lock's release. While a run holds its thread's run lock, its state reads and writes
-and its ledger reads use the lock's own connection (fencing), one statement or pipeline at a time (other readers
-of the thread in this process share it). Only transient failures are retried (:mod:`.pg_connect`); a retried
-state write whose first attempt may have committed is recognised as ours instead of being reported stale.
+replaces an intent, never another result), and so is a group of records (from one JSON parameter); a node's ledger
+read is one ``SELECT ... key = ANY(...)``; a state write is one statement (compare-and-swap plus the new messages,
+in CTEs); taking the run lock and the run's first reads (the thread's state and its new messages) share one
+pipelined round trip, and so do the run's last write and the lock's release. While a run holds its thread's run
+lock, its state reads and writes and its ledger reads use the lock's own connection (fencing), one statement or
+pipeline at a time (other readers of the thread in this process share it). Only transient failures are retried
+(:mod:`.pg_connect`); a retried state write whose first attempt may have committed is recognised as ours instead of
+being reported stale.
 
 Its SQL is in :mod:`.pg_sql`, connecting and retries in :mod:`.pg_connect`, the Redis cache in :mod:`.pg_cache`.
 This module stays over the ~350-line guideline on purpose: it is one class, the whole checkpointer contract on
@@ -143,6 +144,9 @@ class PgCheckpointer(BaseCheckpointer):
         self._lock_guards: dict[str, asyncio.Lock] = {}
         # The thread's state, read in the same round trip as taking its lock (a run's first read), until used.
         self._read_with_lock: dict[str, ThreadSnapshot | None] = {}
+        # Which messages a run will read first (read_with_lock), and those messages, read in the same round trip.
+        self._messages_hint: dict[str, int] = {}
+        self._messages_with_lock: dict[str, tuple[int, MessagesAfter]] = {}
         # Threads whose next state write is their run's last: "pending", then "released" once the unlock went
         # in the same round trip as that write (see release_lock_with_next_write).
         self._unlock_with_write: dict[str, str] = {}
@@ -166,6 +170,7 @@ class PgCheckpointer(BaseCheckpointer):
         if self._pid != os.getpid():  # a forked child never uses the parent's sockets
             self._pid, self._loop, self._ready, self._open_lock = os.getpid(), None, False, None
             self._lock_conns, self._lock_guards, self._read_with_lock, self._unlock_with_write = {}, {}, {}, {}
+            self._messages_hint, self._messages_with_lock = {}, {}
             self._pool = self._user_pool if self.postgres_dsn is None else None
             if self._cache is not None:
                 self._cache.forget_after_fork()
@@ -323,7 +328,7 @@ class PgCheckpointer(BaseCheckpointer):
         new_messages: Sequence[Message] = (),
     ) -> int:
         check_thread_id(thread_id)
-        self._read_with_lock.pop(thread_id, None)  # a read made before this write is no longer the state
+        self._forget_reads_with_lock(thread_id)  # a read made before this write is no longer the state
         text = dumps(values, f"state of thread {thread_id!r}")
         rows = json_rows("id", "data", encode_messages(new_messages))
         params: tuple[object, ...]
@@ -377,17 +382,20 @@ class PgCheckpointer(BaseCheckpointer):
 
     async def alist_messages_after(self, thread_id: str, after_seq: int) -> MessagesAfter:
         check_thread_id(thread_id)
+        pre = self._messages_with_lock.get(thread_id)
+        if pre is not None and pre[0] == after_seq:  # read in the lock's own round trip, after the lock was taken
+            del self._messages_with_lock[thread_id]
+            return pre[1]
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> MessagesAfter:
             cur = await conn.execute(self._q["list_messages_after"], {"t": thread_id, "after": after_seq})
-            found = await cur.fetchall()
-            rows = [(int(r[2]), Message.from_dict(r[3])) for r in found if r[2] is not None]
-            return MessagesAfter(rows, int(found[0][0]), int(found[0][1]))
+            return _messages_after(await cur.fetchall())
 
         return await self._on_thread(thread_id, "message read", op)
 
     async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
         check_thread_id(thread_id)
+        self._forget_reads_with_lock(thread_id)
         rows = json_rows("id", "data", encode_messages(messages))
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -517,7 +525,7 @@ class PgCheckpointer(BaseCheckpointer):
 
     async def adelete_thread(self, thread_id: str) -> None:
         check_thread_id(thread_id)
-        self._read_with_lock.pop(thread_id, None)
+        self._forget_reads_with_lock(thread_id)
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> None:
             async with conn.transaction():
@@ -576,10 +584,12 @@ class PgCheckpointer(BaseCheckpointer):
         pool = await self._ensure_open()
         key = self.run_lock_key(thread_id)
         async with AsyncExitStack() as stack:
-            conn, found = await self._take_lock(pool, stack, thread_id, key)
+            conn, found, messages = await self._take_lock(pool, stack, thread_id, key)
             self._read_with_lock[thread_id] = (
                 None if found is None else ThreadSnapshot(thread_id, found[1], int(found[0]))
             )
+            if messages is not None:
+                self._messages_with_lock[thread_id] = messages
             guard = self._lock_guards[thread_id] = asyncio.Lock()
             self._lock_conns[thread_id] = conn
             try:
@@ -588,9 +598,18 @@ class PgCheckpointer(BaseCheckpointer):
                 async with guard:  # a reader on this connection finishes first; later ones go to the pool
                     self._lock_conns.pop(thread_id, None)
                     self._lock_guards.pop(thread_id, None)
-                    self._read_with_lock.pop(thread_id, None)
+                    self._forget_reads_with_lock(thread_id)
                     if self._unlock_with_write.pop(thread_id, None) != "released":  # not behind the last write
                         await self._unlock(conn, thread_id, key)
+
+    def read_with_lock(self, thread_id: str, messages_after: int) -> None:
+        """The messages are read in the lock's own round trip too (a third pipelined statement): a turn of a
+        thread that exists costs one round trip less."""
+        self._messages_hint[thread_id] = messages_after
+
+    def _forget_reads_with_lock(self, thread_id: str) -> None:
+        self._read_with_lock.pop(thread_id, None)
+        self._messages_with_lock.pop(thread_id, None)
 
     async def _unlock(self, conn: psycopg.AsyncConnection[Any], thread_id: str, key: int) -> None:
         try:
@@ -600,19 +619,24 @@ class PgCheckpointer(BaseCheckpointer):
 
     async def _take_lock(
         self, pool: AsyncConnectionPool, stack: AsyncExitStack, thread_id: str, key: int
-    ) -> tuple[psycopg.AsyncConnection[Any], Any]:
-        """The run lock on a pooled connection (kept open by *stack*) and the thread's row, in one round trip.
-        Retried on a lost connection: a lock taken on a connection that then died went with it."""
+    ) -> tuple[psycopg.AsyncConnection[Any], Any, tuple[int, MessagesAfter] | None]:
+        """The run lock on a pooled connection (kept open by *stack*), the thread's row and, when the run said which
+        (:meth:`read_with_lock`), its messages, in one round trip. Retried on a lost connection: a lock taken on a
+        connection that then died went with it."""
+        after = self._messages_hint.pop(thread_id, None)
         delay = pg_connect.BACKOFF_START
         for attempt in range(self.retries + 1):
             attempt_stack = AsyncExitStack()
             try:
                 conn = await attempt_stack.enter_async_context(pool.connection(timeout=self.connect_timeout))
-                async with conn.pipeline():  # one round trip: the lock, then (a statement later) the thread's state
+                async with conn.pipeline():  # one round trip: the lock, then (statements later) what the run reads
                     locked = await conn.execute(self._q["try_lock"], (key,))
                     state = await conn.execute(self._q["get_thread"], (thread_id,))
+                    if after is not None:
+                        listed = await conn.execute(self._q["list_messages_after"], {"t": thread_id, "after": after})
                 row = await locked.fetchone()
                 found = await state.fetchone()
+                messages = None if after is None else (after, _messages_after(await listed.fetchall()))
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 await attempt_stack.__aexit__(type(exc), exc, exc.__traceback__)
                 if not pg_connect.is_transient(exc):
@@ -625,7 +649,7 @@ class PgCheckpointer(BaseCheckpointer):
             stack.push_async_exit(attempt_stack)
             if not row or not row[0]:
                 raise ThreadBusyError(thread_id)
-            return conn, found
+            return conn, found, messages
         raise AssertionError("unreachable")
 
     def release_lock_with_next_write(self, thread_id: str) -> None:
@@ -648,3 +672,10 @@ class PgCheckpointer(BaseCheckpointer):
         pool = await self._ensure_open()
         async with pool.connection(timeout=self.connect_timeout) as conn:
             yield conn
+
+
+def _messages_after(found: list[Any]) -> MessagesAfter:
+    """The rows of ``list_messages_after``: the count and highest sequence number on every row (one row even when
+    no message is newer), then each newer message's number and data."""
+    rows = [(int(r[2]), Message.from_dict(r[3])) for r in found if r[2] is not None]
+    return MessagesAfter(rows, int(found[0][0]), int(found[0][1]))
