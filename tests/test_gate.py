@@ -450,9 +450,11 @@ def test_a_read_rerun_is_no_gap_and_an_external_one_without_detection_is_a_viola
 ) -> None:
     """Effect classes set what the matrix expects: a ``read`` call runs again after any crash before its node
     completed (no record) and that is fine; an ``external`` call runs again only after a resume found it in doubt.
-    With its intents skipped (the runtime's in-doubt detection broken), the external re-run is a violation."""
+    With its intents skipped (the runtime's in-doubt detection broken), the external re-run is a violation.
+    Every completion order runs (``--crash-orders=all``): under one seeded order, send_email is in doubt at no
+    crash for about one seed in four (seeds 4 and 971171347 among them), and this test failed by chance."""
     pytester.makepyfile(test_effects=EFFECT_CLASSES)
-    args = ["--crash-matrix", "--crash-modes=inprocess", "--crash-report=matrix.json"]
+    args = ["--crash-matrix", "--crash-modes=inprocess", "--crash-orders=all", "--crash-report=matrix.json"]
     run(pytester, *args).assert_outcomes(passed=6)  # 3 points x memory, sqlite
     cells = report(pytester, None)["cells"]  # type: ignore[arg-type]
     assert {c["outcome"] for c in cells} == {"protected", "in_doubt_handled"}
