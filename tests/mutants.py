@@ -202,8 +202,7 @@ def dead_connections_reused() -> None:
 
     pg_connect.is_connection_lost = lambda exc: False
 
-    async def take(self: Any, pool: AsyncConnectionPool, stack: Any, thread_id: str, key: int) -> Any:
-        self._messages_hint.pop(thread_id, None)  # (no messages read with the lock: the run reads them itself)
+    async def take(self: Any, pool: AsyncConnectionPool, stack: Any, thread_id: str, key: int, after: Any) -> Any:
         conn = await stack.enter_async_context(pool.connection(timeout=self.connect_timeout))
         async with conn.pipeline():
             locked = await conn.execute(self._q["try_lock"], (key,))
@@ -213,7 +212,7 @@ def dead_connections_reused() -> None:
             from tenxgraph.errors import ThreadBusyError
 
             raise ThreadBusyError(thread_id)
-        return conn, await state.fetchone(), None
+        return conn, await state.fetchone(), None  # (no messages read with the lock: the run reads them itself)
 
     PgCheckpointer._take_lock = take  # type: ignore[method-assign]
 

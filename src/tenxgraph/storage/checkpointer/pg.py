@@ -581,10 +581,11 @@ class PgCheckpointer(BaseCheckpointer):
         thread's state is read in the lock's own round trip (pipelined, so it is read after the lock is
         taken): the run's first :meth:`aget_thread` costs nothing more."""
         check_thread_id(thread_id)
+        after = self._messages_hint.pop(thread_id, None)  # (taken now: nothing is left behind if opening fails)
         pool = await self._ensure_open()
         key = self.run_lock_key(thread_id)
         async with AsyncExitStack() as stack:
-            conn, found, messages = await self._take_lock(pool, stack, thread_id, key)
+            conn, found, messages = await self._take_lock(pool, stack, thread_id, key, after)
             self._read_with_lock[thread_id] = (
                 None if found is None else ThreadSnapshot(thread_id, found[1], int(found[0]))
             )
@@ -618,12 +619,11 @@ class PgCheckpointer(BaseCheckpointer):
             log.warning("releasing the run lock of thread %r failed (%s); the lock went with it", thread_id, exc)
 
     async def _take_lock(
-        self, pool: AsyncConnectionPool, stack: AsyncExitStack, thread_id: str, key: int
+        self, pool: AsyncConnectionPool, stack: AsyncExitStack, thread_id: str, key: int, after: int | None
     ) -> tuple[psycopg.AsyncConnection[Any], Any, tuple[int, MessagesAfter] | None]:
         """The run lock on a pooled connection (kept open by *stack*), the thread's row and, when the run said which
-        (:meth:`read_with_lock`), its messages, in one round trip. Retried on a lost connection: a lock taken on a
-        connection that then died went with it."""
-        after = self._messages_hint.pop(thread_id, None)
+        (:meth:`read_with_lock`: *after*), its messages, in one round trip. Retried on a lost connection: a lock
+        taken on a connection that then died went with it."""
         delay = pg_connect.BACKOFF_START
         for attempt in range(self.retries + 1):
             attempt_stack = AsyncExitStack()
