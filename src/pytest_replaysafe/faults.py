@@ -196,6 +196,13 @@ class Proxy:
 PROXIES: dict[int, Proxy] = {}
 
 
+def _proxy_to(proxies: dict[tuple[str, int], Proxy], host: str, port: int) -> Proxy:
+    """The proxy to *host*:*port* in *proxies*, made on first use."""
+    if (host, port) not in proxies:
+        proxies[host, port] = Proxy(host, port)
+    return proxies[host, port]
+
+
 def proxied_dsn(dsn: str, proxies: dict[tuple[str, int], Proxy]) -> str:
     """*dsn* with its host and port replaced by a proxy's (made on first use) to the same server."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -204,14 +211,13 @@ def proxied_dsn(dsn: str, proxies: dict[tuple[str, int], Proxy]) -> str:
     host, port = str(params.get("host") or "localhost"), int(params.get("port") or 5432)
     if host.startswith("/"):
         raise RuntimeError(f"the outage fault needs PostgreSQL over TCP; {dsn!r} connects over a Unix socket")
-    proxy = proxies.get((host, port)) or proxies.setdefault((host, port), Proxy(host, port))
-    return make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))
+    return make_conninfo(dsn, host="127.0.0.1", port=str(_proxy_to(proxies, host, port).port))
 
 
 def proxied_redis_url(url: str, proxies: dict[tuple[str, int], Proxy]) -> str:
     parts = urlsplit(url)
     host, port = parts.hostname or "localhost", parts.port or 6379
-    proxy = proxies.get((host, port)) or proxies.setdefault((host, port), Proxy(host, port))
+    proxy = _proxy_to(proxies, host, port)
     auth = parts.netloc.rpartition("@")[0]
     return parts._replace(netloc=f"{auth}@" * bool(auth) + f"127.0.0.1:{proxy.port}").geturl()
 

@@ -50,7 +50,8 @@ class Recovery:
         self.max_attempts = max_attempts
         self.batch = batch
         self._parked: set[str] = set()  # logged once per process
-        self._tried: dict[str, float] = {}  # thread -> when this process last tried it (for the back-off)
+        self._tried: dict[str, float] = {}  # thread -> when this process last tried it (for the back-off), until
+        # the thread is finished: a long-lived server does not keep every thread it ever recovered
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
 
@@ -81,6 +82,7 @@ class Recovery:
                 snap = await cp.aget_thread(thread_id)
                 meta = dict((snap.values.get("meta") or {}) if snap is not None else {})
                 if snap is None or meta.get("status") != "running":
+                    self._tried.pop(thread_id, None)  # (kept only while a thread needs recovering)
                     return "gone"
                 attempts = int(meta.get("recoveries") or 0)
                 waited = self._clock() - self._tried.get(thread_id, -math.inf)
@@ -110,6 +112,7 @@ class Recovery:
                 error=f"{type(exc).__name__}: {exc}",
             )  # fmt: skip
             return "failed"
+        self._tried.pop(thread_id, None)
         emit_event("run_recovered", logging.INFO, thread_id=thread_id, status=result.status, version=result.version)
         return "recovered"
 

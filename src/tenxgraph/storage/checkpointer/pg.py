@@ -431,37 +431,26 @@ class PgCheckpointer(BaseCheckpointer):
         transaction. If another run recorded the call first, this one rolls back, writes and all, and answers with
         that record."""
         check_thread_id(thread_id)
-        pool = await self._ensure_open()
-        delay = pg_connect.BACKOFF_START
-        for attempt in range(self.retries + 1):
-            try:
-                return await self._transact(pool, thread_id, key, work)
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                # safe to try again: the attempt rolled back, or (a commit whose answer was lost) committed, which
-                # the next attempt's own ledger read finds: it then does not run the work
-                if not pg_connect.is_transient(exc):
-                    raise
-                delay = await self._before_retry(pool, "tool transaction", exc, attempt, delay)
-        raise AssertionError("unreachable")
+        # Retried on a transient failure, as every pooled statement is: safe, since the attempt rolled back, or (a
+        # commit whose answer was lost) committed, which the next attempt's own ledger read finds: it then does
+        # not run the work.
+        return await self._retrying("tool transaction", lambda conn: self._transact(conn, thread_id, key, work))
 
     async def _transact(
-        self, pool: AsyncConnectionPool, thread_id: str, key: str, work: Callable[[Any], Any]
+        self, conn: psycopg.AsyncConnection[Any], thread_id: str, key: str, work: Callable[[Any], Any]
     ) -> tuple[dict[str, JSON], bool]:
-        async with pool.connection(timeout=self.connect_timeout) as conn:
-            async with conn.transaction():
-                cur = await conn.execute(self._q["get_results"], (thread_id, [key]))
-                row = await cur.fetchone()
-                if row is not None and row[1].get("kind") != "intent":
-                    return row[1], False  # recorded already: the work does not run
-                record = await work(conn)
-                cur = await conn.execute(
-                    self._q["put_result"], (thread_id, key, dumps(record, f"ledger record {key!r}"))
-                )
-                if cur.rowcount == 1:
-                    return record, True  # (leaving the block commits: the writes and the record together)
-                raise psycopg.Rollback()  # recorded meanwhile by another run: roll back, writes and all
-            cur = await conn.execute(self._q["get_results"], (thread_id, [key]))  # (theirs, after the rollback)
+        async with conn.transaction():
+            cur = await conn.execute(self._q["get_results"], (thread_id, [key]))
             row = await cur.fetchone()
+            if row is not None and row[1].get("kind") != "intent":
+                return row[1], False  # recorded already: the work does not run
+            record = await work(conn)
+            cur = await conn.execute(self._q["put_result"], (thread_id, key, dumps(record, f"ledger record {key!r}")))
+            if cur.rowcount == 1:
+                return record, True  # (leaving the block commits: the writes and the record together)
+            raise psycopg.Rollback()  # recorded meanwhile by another run: roll back, writes and all
+        cur = await conn.execute(self._q["get_results"], (thread_id, [key]))  # (theirs, after the rollback)
+        row = await cur.fetchone()
         if row is None:  # (cannot happen: it was recorded, and records are never deleted by a run)
             raise RuntimeError(f"ledger record {key!r} of thread {thread_id!r} vanished during its transaction")
         return row[1], False

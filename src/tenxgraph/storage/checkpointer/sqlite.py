@@ -209,24 +209,15 @@ class SqliteCheckpointer(BaseCheckpointer):
     def _transact(
         self, thread_id: str, key: str, work: Callable[[sqlite3.Connection], dict[str, JSON]]
     ) -> tuple[dict[str, JSON], bool]:
-        with self._lock:
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = conn.execute(
-                    "SELECT result FROM tool_executions WHERE thread_id = ? AND key = ? AND status = 'completed'",
-                    (thread_id, key),
-                ).fetchone()
-                if row is not None:  # recorded already (by another run): the effect is not made again
-                    conn.execute("ROLLBACK")
-                    return decode_record(str(row[0])), False
-                record = work(conn)
-                conn.execute(PUT_RESULT, (thread_id, key, dumps(record, f"ledger record {key!r}"), time.time()))
-                conn.execute("COMMIT")
-            except BaseException:  # an exception, a crash: the tool's writes and the record go together
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        with self._tx() as conn:  # an exception, a crash: the tool's writes and the record roll back together
+            row = conn.execute(
+                "SELECT result FROM tool_executions WHERE thread_id = ? AND key = ? AND status = 'completed'",
+                (thread_id, key),
+            ).fetchone()
+            if row is not None:  # recorded already (by another run): the effect is not made again (nothing written)
+                return decode_record(str(row[0])), False
+            record = work(conn)
+            conn.execute(PUT_RESULT, (thread_id, key, dumps(record, f"ledger record {key!r}"), time.time()))
         return record, True
 
     # -- tool ledger ------------------------------------------------------------------------------------
@@ -333,6 +324,7 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # (a transactional tool's own statement may have ended it already)
+            conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
