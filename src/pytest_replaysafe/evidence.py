@@ -42,6 +42,8 @@ class Entry:
     event: str  # start, end, timeout, in_doubt (runtime) | record, recorded (the checkpointer wrapper)
     tool: str | None = None
     fp: str | None = None  # fingerprint of the output (end, record)
+    ufp: str | None = None  # fingerprint of the state update, where there is one (end, record)
+    group: int | None = None  # record: the size of the group commit it was written in (None: alone)
     error: bool = False
     cond: str | None = None  # timeout, missing_id
     policy: str | None = None  # the tool's in-doubt policy
@@ -84,6 +86,7 @@ class ExecutionLog:
                 event=event.kind,
                 tool=info.tool,
                 fp=fingerprint(event.output) if event.kind == "end" else None,
+                ufp=fingerprint(event.update) if event.kind == "end" and event.update is not None else None,
                 error=event.is_error,
                 cond=cond,
                 policy=info.on_in_doubt,

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from pytest_replaysafe import timeline
+from pytest_replaysafe import coverage, timeline
 from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.evidence import Entry, ExecutionLog
 from pytest_replaysafe.exposure import windows
@@ -31,12 +31,21 @@ from pytest_replaysafe.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
 from pytest_replaysafe.gaps import GapRule, gap_reasons, point_gap
 from pytest_replaysafe.hitrun import play
 from pytest_replaysafe.matrix import Backend, Cell
-from pytest_replaysafe.modes import MODES, Hit, Inputs
-from pytest_replaysafe.orders import Orders
+from pytest_replaysafe.modes import Hit, Inputs
+from pytest_replaysafe.orders import Groups, Orders
 from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
+from pytest_replaysafe.resumes import MODES, window_arrival
 from pytest_replaysafe.schedules import DEPTH_MODES, Depth, Plan, Planner, Then
 from pytest_replaysafe.spy import RecordingCheckpointer
-from pytest_replaysafe.verdict import Reference, call_labels, judge, reference, result_problems
+from pytest_replaysafe.verdict import (
+    Reference,
+    call_labels,
+    given_keys,
+    judge,
+    reference,
+    result_problems,
+    shared_keys,
+)
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
 from tenxgraph.core.graph.tool_call import ToolCallInfo, add_tool_observer, set_completion_order
@@ -59,6 +68,7 @@ class _Drive:
     reached: int
     ref: Reference
     clean: RunResult[Any]
+    counts: dict[str, int]  # how often the clean run reached each point
 
 
 class CrashRun:
@@ -257,7 +267,7 @@ class CrashRun:
             raise RuntimeError(f"thread {thread!r} vanished after the resume")
         return RunResult(thread, state, snap.version)
 
-    def _order(self, batch: list[ToolCallInfo]) -> list[int]:
+    def _order(self, batch: list[ToolCallInfo]) -> Groups:
         """The seeded order in which a batch's parallel calls pass from return to record (see the runtime's
         ``set_completion_order``): the same seed, hit and run give the same order in every process."""
         self._batches += 1
@@ -289,6 +299,7 @@ class CrashRun:
         self.thread_id = self._new_thread("clean")
         result = self.run_graph(app, input, self.thread_id, config, stream, "clean")
         problems = result_problems(result.messages)
+        problems += shared_keys(given_keys(self.entries(self.thread_id)), call_labels(result.messages))
         problems += [
             f"{eid} executed {n} times in a run without crash" for eid, n in self.executions().items() if n > 1
         ]
@@ -316,6 +327,7 @@ class CrashRun:
             counts.get(self.cell.point, 0),
             reference(clean.messages, clean.final_text, entries, self._effects_on(thread)),
             clean,
+            dict(counts),
         )
         if self.cell.budget:
             drive.reached = min(drive.reached, 2)
@@ -344,6 +356,8 @@ class CrashRun:
         thread = self._new_thread(f"hit{hit}")
         self.thread_id = thread
         ctx = Hit(app, input, config, stream, cell.point, hit, thread)
+        if cell.window is not None:  # a budgeted contest: the lock holder pauses at this lock window
+            ctx.window, ctx.contested_window = window_arrival(cell.window, hit - 1, drive.counts), cell.window
         tools = frozenset(self.tools) if self.tools is not None else None
         count = self.then is None and self.depth.depth > 1
         played = play(self, mode, ctx, self.then, cell.mode in FAULT_MODE_OBJECTS, count, tools)
@@ -362,6 +376,7 @@ class CrashRun:
             crashed=played.crash.crashed, resume_error=evidence.resume_error, before_resume=played.fault,
             second=played.second, resume_from=played.before,
         )  # fmt: skip
+        r.coverage = coverage.of_cell(evidence, mode.name, ctx)
         if evidence.effects is not None:
             r.effects_applied = dict(Counter(e["kind"] for e in evidence.effects))
         if outcome in FAILING:

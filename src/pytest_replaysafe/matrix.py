@@ -23,14 +23,18 @@ from pytest_replaysafe import services
 if TYPE_CHECKING:
     from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
-MODES = ("inprocess", "sigkill", "stream", "concurrent")
+MODES = ("inprocess", "sigkill", "stream", "concurrent", "recovery", "prune")
 #: Modes a cell runs in unless --crash-modes / modes= say otherwise; ``concurrent`` joins them on a budget.
 DEFAULT_MODES = ("inprocess", "sigkill", "stream")
 #: Modes whose resume happens in other processes: not applicable to storage that lives in one process.
-PROCESS_MODES = frozenset({"sigkill", "concurrent"})
-#: The budgeted contest a default run adds per durable backend: one ``concurrent`` cell at the node that follows
-#: the first model turn (a run lock or compare-and-swap that does not hold shows there on any graph).
+PROCESS_MODES = frozenset({"sigkill", "concurrent", "recovery", "prune"})
+#: The budgeted cells a default run adds per durable backend, one hit each: a ``concurrent`` contest crashed at
+#: the node that follows the first model turn for every lock window (:data:`pytest_replaysafe.resumes.LOCK_WINDOWS`:
+#: a run lock or compare-and-swap that does not hold shows at one of them on any graph), the server's
+#: ``recovery`` as the resume there, and the retention job run between a crash after a record and its resume
+#: (``prune``).
 BUDGET_POINT = "run.before_node"
+PRUNE_POINT = "tool.after_record"
 #: Faults with cells of their own (``--crash-faults``; see :mod:`pytest_replaysafe.faults`): each is the mode of
 #: its cells too.
 FAULT_CELL_MODES = ("drop", "outage", "redis-down", "readonly")
@@ -63,12 +67,14 @@ class Cell:
     point: str
     backend: str
     mode: str
-    #: The budgeted contest of a default run: one hit only.
+    #: A budgeted cell of a default run: one hit only.
     budget: bool = False
+    #: ``concurrent``: the lock window the lock holder pauses at (None: its first node).
+    window: str | None = None
 
     @property
     def id(self) -> str:
-        return f"{self.point}-{self.backend}-{self.mode}"
+        return f"{self.point}-{self.backend}-{self.mode}" + (f"@{self.window}" if self.window else "")
 
 
 def _memory(request: pytest.FixtureRequest) -> BaseCheckpointer:
@@ -281,7 +287,7 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     cells = [Cell(p, b.name, m) for p in points for b in chosen for m in modes if m not in FAULT_CELL_MODES]
     cells += _fault_cells(points, chosen, settings.faults, marked_modes or settings.modes)
     if not marked_modes and not settings.modes:
-        cells += [Cell(BUDGET_POINT, b.name, "concurrent", budget=True) for b in chosen if b.durable]
+        cells += budget_cells([b for b in chosen if b.durable])
     if not cells:
         skipped = sorted(set(backends) & set(settings.unavailable))
         reason = "; ".join(f"{b}: {settings.unavailable[b]}" for b in skipped) or "no backend or mode selected"
@@ -289,6 +295,17 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
         metafunc.parametrize("_replaysafe_cell", cells_param, ids=["no-cells"], indirect=True)
         return
     metafunc.parametrize("_replaysafe_cell", cells, ids=[c.id for c in cells], indirect=True)
+
+
+def budget_cells(durable: list[Backend]) -> list[Cell]:
+    """The budgeted cells of a default run on each durable backend (see :data:`BUDGET_POINT`)."""
+    from pytest_replaysafe.resumes import LOCK_WINDOWS
+
+    out = []
+    for b in durable:
+        out += [Cell(BUDGET_POINT, b.name, "concurrent", budget=True, window=w) for w in LOCK_WINDOWS]
+        out += [Cell(BUDGET_POINT, b.name, "recovery", budget=True), Cell(PRUNE_POINT, b.name, "prune", budget=True)]
+    return out
 
 
 def _fault_cells(

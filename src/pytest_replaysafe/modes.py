@@ -5,17 +5,15 @@
 - ``sigkill``: a forked child (warm: it shares the parent's imports and objects) runs the agent and is killed with
   SIGKILL at the point, after writing an fsynced marker; the parent, a different process, resumes once the child
   is reaped, waiting (``lock_timeout``) for the database to free the dead child's run lock.
-- ``concurrent``: crashed like ``sigkill``, then contested by three resumers: A takes the run lock and pauses at
-  its first node; B must be refused the lock; C takes the thread as if A's lock had been lost (a dropped
-  connection) and finishes it; then A goes on and must be stopped by the version compare-and-swap.
+
+The modes whose resume is more than one run of the app (``concurrent``, ``recovery``, ``prune``) are in
+:mod:`pytest_replaysafe.resumes`, which holds the table of every mode (``MODES``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import select
 import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -68,6 +66,11 @@ class Hit:
     hit: int
     thread: str
     contest: list[str] = field(default_factory=list)
+    #: ``concurrent``: where the lock holder pauses while the others contest the thread (point, its arrival in
+    #: the resume); whether it got there (None: not a contest).
+    window: tuple[str, int] = ("run.before_node", 1)
+    contested_window: str | None = None  # the window's name (``release`` pauses at the last node.after_complete)
+    contested: bool | None = None
     #: A resume that stopped by design and was resumed again (its reason): a failed ledger read with calls of
     #: tools that have an in-doubt policy (``LedgerReadError``).
     stopped: str | None = None
@@ -227,129 +230,3 @@ class SigKill(InProcess):
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == CHILD_DONE:
             return Crash(False)
         return Crash(False, error=f"the child process failed before its crash:\n{describe_status(status, failure)}")
-
-
-class Concurrent(SigKill):
-    name = "concurrent"
-
-    def resume(self, run: Runner, hit: Hit) -> RunResult[Any]:
-        Contest(run, hit).play()
-        return run.stored_result(hit.app, hit.thread)
-
-
-class Contest:
-    """A (holding the lock, paused at its first node), B (must be refused), C (takes over as if A's lock were
-    lost, and finishes), then A again (its next write must be refused by the compare-and-swap)."""
-
-    def __init__(self, run: Runner, hit: Hit) -> None:
-        self.run, self.hit = run, hit
-        self.files = {name: run.workdir / f"{hit.thread}.{name}" for name in ("A", "B", "C")}
-
-    def _child(self, name: str, body: Callable[[], str]) -> int:
-        out = self.files[name]
-
-        def main() -> int:
-            from tenxgraph.core import crashpoints
-
-            crashpoints.reset()
-            out.with_suffix(".result").write_text(body())
-            return 0
-
-        return fork_child(main, out.with_suffix(".error"))
-
-    def _outcome(self, name: str, pid: int) -> str:
-        status = wait_child(pid)
-        out = self.files[name]
-        if status is None:
-            raise HarnessError(f"resumer {name} did not finish within {child_timeout():g}s and was killed (hung?)")
-        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-            return "failed: " + describe_status(status, out.with_suffix(".error"))
-        return out.with_suffix(".result").read_text()
-
-    def _contest(self, b: Callable[[], str], c: Callable[[], str], hit: Hit) -> None:
-        """While A holds the lock: B must be refused; C takes over (as if A's lock were lost) and finishes."""
-        result_b = self._outcome("B", self._child("B", b))
-        if result_b == "entered":
-            hit.contest.append(
-                "a second run entered the thread while another run held its run lock (run lock not enforced)"
-            )
-        elif result_b != "refused":
-            hit.contest.append(f"resumer B (expected to be refused the lock) {result_b}")
-        result_c = self._outcome("C", self._child("C", c))
-        if result_c != "finished":
-            hit.contest.append(f"the run that took over the thread {result_c}")
-
-    def play(self) -> None:
-        from tenxgraph.core import crashpoints
-        from tenxgraph.core.crashpoints import CrashInjected
-        from tenxgraph.errors import StaleStateError, ThreadBusyError
-
-        run, hit = self.run, self.hit
-        paused_r, paused_w = os.pipe()
-        go_r, go_w = os.pipe()
-
-        def a() -> str:
-            def pause(name: str, n: int) -> None:
-                os.write(paused_w, b"p")
-                ready, _, _ = select.select([go_r], [], [], child_timeout())
-                if not ready:
-                    raise HarnessError("resumer A was never told to go on")
-
-            crashpoints.arm("run.before_node", 1, pause)
-            try:
-                run.run_graph(hit.app, hit.resume_input, hit.thread, hit.resume_config, False, "resume")
-            except ThreadBusyError:  # a StaleStateError too, but here it means the crashed run's lock never freed
-                raise
-            except StaleStateError:
-                return "stale"
-            return "finished"
-
-        def b() -> str:
-            def entered(name: str, n: int) -> None:
-                raise CrashInjected(name, n)
-
-            crashpoints.arm("run.before_node", 1, entered)
-            try:
-                run.run_graph(hit.app, hit.resume_input, hit.thread, {**hit.config, "lock_timeout": 0}, False, "resume")
-            except ThreadBusyError:
-                return "refused"
-            except CrashInjected:
-                return "entered"
-            return "entered"
-
-        def c() -> str:
-            run.checkpointer.bypass_lock = True
-            run.run_graph(hit.app, hit.resume_input, hit.thread, hit.config, False, "resume")
-            return "finished"
-
-        pid_a = self._child("A", a)
-        try:
-            os.close(paused_w)
-            fd = os.pidfd_open(pid_a)
-            try:
-                ready, _, _ = select.select([paused_r, fd], [], [], child_timeout())
-            finally:
-                os.close(fd)
-            paused = paused_r in ready and os.read(paused_r, 1) == b"p"
-            if paused:
-                self._contest(b, c, hit)
-            os.write(go_w, b"g")
-            result_a = self._outcome("A", pid_a)
-        except HarnessError:
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):  # never leave A running
-                os.kill(pid_a, signal.SIGKILL)
-                os.waitpid(pid_a, 0)
-            raise
-        finally:
-            for fd_ in (paused_r, go_r, go_w):
-                os.close(fd_)
-        if paused and result_a == "finished":
-            hit.contest.append(
-                "a run that had lost its run lock kept writing after another run advanced the thread: its "
-                "compare-and-swap write was accepted (version check not enforced)"
-            )
-        elif result_a not in ("stale", "finished"):
-            hit.contest.append(f"resumer A {result_a}")
-
-
-MODES: Mapping[str, Mode] = {m.name: m for m in (InProcess(), SigKill(), Stream(), Concurrent())}

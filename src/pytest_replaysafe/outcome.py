@@ -14,7 +14,8 @@ class Outcome(StrEnum):
     IN_DOUBT_HANDLED = "in_doubt_handled"  # the call in the crash window was in doubt and settled without a re-run
     EXACTLY_ONCE = "exactly_once"  # a transactional call ran again, its writes rolled back: they committed once
     KNOWN_GAP = "known_gap"  # a duplicate exactly where the gap table expects one
-    VIOLATION = "violation"  # a duplicate, a wrong or lost answer, a repeated effect, a failed resume
+    VIOLATION = "violation"  # a duplicate, a wrong or lost answer, a repeated effect, a run lock not held
+    RESUME_FAILED = "resume_failed"  # the resume raised: the thread could not be finished after the crash
     FAILED = "failed"  # the test's own assertions failed in this cell
     VACUOUS = "vacuous"  # the cell tested nothing: its point was never reached, or runs bypassed crash_run
     ERROR = "error"  # the harness could not run the cell (a hung child, a crash before the point)
@@ -29,10 +30,11 @@ class Outcome(StrEnum):
         return SYMBOLS[self]
 
 
-FAILING = frozenset({Outcome.VIOLATION, Outcome.FAILED, Outcome.VACUOUS, Outcome.ERROR})
+FAILING = frozenset({Outcome.VIOLATION, Outcome.RESUME_FAILED, Outcome.FAILED, Outcome.VACUOUS, Outcome.ERROR})
 #: Worst first: the worst outcome of a group decides how it is shown.
 SEVERITY = (
     Outcome.VIOLATION,
+    Outcome.RESUME_FAILED,
     Outcome.FAILED,
     Outcome.ERROR,
     Outcome.VACUOUS,
@@ -44,6 +46,7 @@ SEVERITY = (
 )
 SYMBOLS = {
     Outcome.VIOLATION: "X",
+    Outcome.RESUME_FAILED: "R",
     Outcome.FAILED: "F",
     Outcome.ERROR: "E",
     Outcome.VACUOUS: "V",
@@ -54,8 +57,8 @@ SYMBOLS = {
     Outcome.NOT_APPLICABLE: ".",
 }
 LEGEND = (
-    "+ protected  = exactly once  d in doubt, handled  g known gap (expected)  X violation  F failed  V vacuous  "
-    "E error"
+    "+ protected  = exactly once  d in doubt, handled  g known gap (expected)  X violation  R resume failed  "
+    "F failed  V vacuous  E error"
 )
 
 
@@ -88,6 +91,9 @@ class CellResult:
     then: str | None = None
     #: What happened, in order: each tool execution and ledger record, the crash, the resume, the verdict.
     timeline: list[dict[str, str]] = field(default_factory=list)
+    #: What the cell exercised (see :mod:`pytest_replaysafe.coverage`): record groups, results replayed, resume
+    #: path, lock window.
+    coverage: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

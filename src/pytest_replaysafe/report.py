@@ -29,7 +29,10 @@ def to_json(
     exposure: dict[str, Any] | None = None,
     schedules: dict[str, int] | None = None,
 ) -> dict[str, Any]:
+    from pytest_replaysafe.coverage import summarize
+
     data = {"schema": SCHEMA, "seed": seed, "cells": list(cells), "summary": summary(cells)}
+    data["coverage"] = summarize(cells)
     if schedules is not None:  # depth 2: how many schedules ran of how many, enumerated and sampled
         data["schedules"] = schedules
     if exposure is not None:
@@ -169,6 +172,10 @@ def markdown(cells: Sequence[dict[str, Any]], seed: int) -> str:
     notes = gap_notes(cells, width=10_000)
     if notes:
         out += ["Known gaps shown:", "", *(f"- {line}" for line in notes), ""]
+    from pytest_replaysafe.coverage import lines, summarize
+
+    head, *rows = lines(summarize(cells))
+    out += [head[0].upper() + head[1:], "", *(f"- {row.strip()}" for row in rows), ""]
     return "\n".join(out)
 
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import pytest
 
 from pytest_replaysafe import report
+from pytest_replaysafe.coverage import lines as coverage_lines
+from pytest_replaysafe.coverage import summarize as summarize_coverage
 from pytest_replaysafe.exposure import EXPOSURE_PROPERTY, summarize
 from pytest_replaysafe.exposure import lines as exposure_lines
 from pytest_replaysafe.fixtures import CELL_PROPERTY
@@ -45,8 +48,8 @@ class MatrixReporter:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         if not self.progress.items:  # every worker collects the same items
-            modes = (*MODES, *FAULT_CELL_MODES)
-            self.progress.expect([i for i in ids if any(f"-{mode}]" in i for mode in modes)])
+            modes = "|".join(re.escape(m) for m in (*MODES, *FAULT_CELL_MODES))
+            self.progress.expect([i for i in ids if re.search(rf"-({modes})(@[\w.]+)?\]", i)])
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
@@ -80,7 +83,10 @@ class MatrixReporter:
         exposure = summarize(self.exposure, settings.rate_per_s)
         exposure_report = {"rate": settings.rate, "rows": exposure}
         schedules = totals(self.schedules) if self.schedules else None
-        for line in report.text_grid(cells) + report.failure_lines(cells) + exposure_lines(exposure, settings.rate):
+        covered = coverage_lines(summarize_coverage(cells))
+        for line in report.text_grid(cells) + covered + report.failure_lines(cells):
+            terminalreporter.write_line(line)
+        for line in exposure_lines(exposure, settings.rate):
             terminalreporter.write_line(line)
         written = []
         if settings.report is not None:

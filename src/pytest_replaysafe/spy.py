@@ -37,9 +37,9 @@ class RecordingCheckpointer(DelegatingCheckpointer):
         return version
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
-        tool = str(record["tool"]) if record.get("tool") else None
-        fp = fingerprint(record.get("output"))
-        self.log.write(Entry(thread_id, key, "record", tool, fp, bool(record.get("is_error"))))
+        begun = _record_entry(thread_id, key, record)
+        tool, fp = begun.tool, begun.fp
+        self.log.write(begun)
         try:
             written = await super().aput_tool_result(thread_id, key, record)
         except SerializationError:  # the value cannot be stored: the runtime records an error result instead
@@ -56,9 +56,9 @@ class RecordingCheckpointer(DelegatingCheckpointer):
         """A group commit, logged as what it is: every record begun, one write, every record done."""
         entries = []
         for key, record in records:
-            tool = str(record["tool"]) if record.get("tool") else None
-            entries.append((key, tool, fingerprint(record.get("output")), bool(record.get("is_error"))))
-            self.log.write(Entry(thread_id, key, "record", tool, entries[-1][2], entries[-1][3]))
+            begun = _record_entry(thread_id, key, record, group=len(records))
+            entries.append((key, begun.tool, begun.fp, begun.error))
+            self.log.write(begun)
         try:
             written = await self.inner.aput_tool_results(thread_id, records)
         except Exception:
@@ -74,10 +74,9 @@ class RecordingCheckpointer(DelegatingCheckpointer):
         """A transactional tool's record, logged once committed (with the tool's writes)."""
         stored, wrote = await self.inner.atransact(thread_id, key, work)
         if wrote:
-            tool = str(stored["tool"]) if stored.get("tool") else None
-            fp = fingerprint(stored.get("output"))
-            self.log.write(Entry(thread_id, key, "record", tool, fp, bool(stored.get("is_error"))))
-            self.log.write(Entry(thread_id, key, "recorded", tool, fp))
+            begun = _record_entry(thread_id, key, stored)
+            self.log.write(begun)
+            self.log.write(Entry(thread_id, key, "recorded", begun.tool, begun.fp))
         return stored, wrote
 
     @contextlib.asynccontextmanager
@@ -91,3 +90,12 @@ class RecordingCheckpointer(DelegatingCheckpointer):
     async def acheck_run_lock(self, thread_id: str) -> None:
         if not self.bypass_lock:
             await super().acheck_run_lock(thread_id)
+
+
+def _record_entry(thread_id: str, key: str, record: dict[str, JSON], group: int | None = None) -> Entry:
+    """A record write begun: what it holds (output, error flag, state update) and the size of its group commit."""
+    tool = str(record["tool"]) if record.get("tool") else None
+    update = record.get("update")
+    ufp = fingerprint(update) if update is not None else None
+    fp = fingerprint(record.get("output"))
+    return Entry(thread_id, key, "record", tool, fp, ufp, group, bool(record.get("is_error")))

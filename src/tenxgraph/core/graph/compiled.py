@@ -259,7 +259,6 @@ class _Run(Generic[S]):
                 )
             crash_point("run.before_node")
             update = await self._execute(node)
-            crash_point("node.after_complete")
             messages, values = self._apply(node, update)
             nxt = graph._next(node, self.state)
             meta.step += 1
@@ -268,6 +267,7 @@ class _Run(Generic[S]):
             meta.error = None
             if last and nxt == END:  # the run's last write: the run lock may go in the same round trip
                 graph.checkpointer.release_lock_with_next_write(cfg.thread_id)
+            crash_point("node.after_complete")  # (after the hint: a lock released early shows in a contest here)
             await self._write(messages)
             crash_point("run.after_advance")
             self.steps += 1

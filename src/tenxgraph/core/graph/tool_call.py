@@ -7,7 +7,7 @@ import asyncio
 import contextvars
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -60,6 +60,8 @@ class ToolEvent:
     #: When it happened (``time.monotonic()``, one clock for every process of a machine); for ``end``, the moment
     #: the body returned, before any wait for its turn in a completion order.
     at: float = 0.0
+    #: For ``end``: the state update the body returned with its output (a ``ToolOutput``'s), if any.
+    update: object = None
 
 
 ToolObserver = Callable[[ToolEvent], None]
@@ -67,9 +69,11 @@ ToolObserver = Callable[[ToolEvent], None]
 _observers: list[ToolObserver] = []
 current_call_var: contextvars.ContextVar[ToolCallInfo | None] = contextvars.ContextVar("tenxgraph_tool", default=None)
 
-CompletionOrder = Callable[[list[ToolCallInfo]], list[int]]
-"""Given the calls of a batch that are about to run, the order (a permutation of their ``index``) in which they may
-pass from their return to their record. Installed by test harnesses only (:func:`set_completion_order`)."""
+CompletionOrder = Callable[[list[ToolCallInfo]], Sequence[int | Sequence[int]]]
+"""Given the calls of a batch that are about to run, the order in which they may pass from their return to their
+record: their ``index`` values, each alone or in a group (a list) of calls that return at the same moment and pass
+together, so that their records form one group commit. Installed by test harnesses only
+(:func:`set_completion_order`)."""
 _completion_order: CompletionOrder | None = None
 
 
@@ -87,10 +91,15 @@ def add_tool_observer(observer: ToolObserver) -> Callable[[], None]:
 
 
 def notify(
-    kind: str, info: ToolCallInfo, output: object = None, is_error: bool = False, at: float | None = None
+    kind: str,
+    info: ToolCallInfo,
+    output: object = None,
+    is_error: bool = False,
+    at: float | None = None,
+    update: object = None,
 ) -> None:
     if _observers:
-        event = ToolEvent(kind, info, output, is_error, time.monotonic() if at is None else at)
+        event = ToolEvent(kind, info, output, is_error, time.monotonic() if at is None else at, update)
         for observer in list(_observers):
             observer(event)
 
@@ -100,8 +109,9 @@ def completion_order() -> CompletionOrder | None:
 
 
 def set_completion_order(order: CompletionOrder | None) -> None:
-    """Make parallel calls pass from return to record one at a time, in the order *order* gives (None: as they
-    come). Bodies still run concurrently; a returned call waits for its turn before it is reported and recorded.
+    """Make parallel calls pass from return to record in the order *order* gives (None: as they come), one at a
+    time or a group at a time. Bodies still run concurrently; a returned call waits for its turn before it is
+    reported and recorded.
     The crash-matrix harness installs a seeded order so that which siblings have returned or been recorded when a
     crash fires is decided by the seed, not by timing."""
     global _completion_order
@@ -109,17 +119,27 @@ def set_completion_order(order: CompletionOrder | None) -> None:
 
 
 class BatchTurns:
-    """The seeded completion order of one batch: a call may pass once every call before it in the order is done."""
+    """The completion order of one batch, as groups: a call may pass once every call of the groups before its own is
+    done and every call of its own group has returned (or finished without running), so the calls of one group pass
+    in the same turn of the event loop, as siblings that return at the same moment do, and are recorded together."""
 
-    def __init__(self, order: list[int]) -> None:
-        self.order = order
-        self.done = {index: asyncio.Event() for index in order}
+    def __init__(self, order: Sequence[int | Sequence[int]]) -> None:
+        self.groups = [[g] if isinstance(g, int) else list(g) for g in order]
+        self.group_of = {index: n for n, group in enumerate(self.groups) for index in group}
+        self.done = {index: asyncio.Event() for index in self.group_of}
+        self.arrived = {index: asyncio.Event() for index in self.group_of}
 
     async def wait(self, index: int) -> None:
-        for before in self.order[: self.order.index(index)]:
-            await self.done[before].wait()
+        self.arrived[index].set()
+        own = self.group_of[index]
+        for group in self.groups[:own]:
+            for before in group:
+                await self.done[before].wait()
+        for sibling in self.groups[own]:
+            await self.arrived[sibling].wait()
 
     def finish(self, index: int) -> None:
+        self.arrived[index].set()  # (a call answered without running never waits: its group must not wait for it)
         self.done[index].set()
 
 

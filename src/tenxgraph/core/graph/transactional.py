@@ -70,7 +70,8 @@ async def run_transactional(
 
     def finish(value: object) -> dict[str, JSON]:
         execution = execution_of(call, key, value)
-        notify("end", info, execution.result.output, execution.result.is_error, at=time.monotonic())
+        result = execution.result
+        notify("end", info, result.output, result.is_error, at=time.monotonic(), update=execution.update)
         crash_point("tool.after_return")  # inside the transaction: a crash here takes the tool's writes along
         crash_point("ledger.write_error")  # a failed record write fails the transaction: the writes roll back too
         return encode_record(execution)

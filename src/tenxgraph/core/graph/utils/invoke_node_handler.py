@@ -125,7 +125,7 @@ async def _invoke(tool: Tool, info: ToolCallInfo, args: dict[str, JSON], timeout
     returned = time.monotonic()  # (observers learn when the body returned, not when its turn came)
     await wait_for_turn(info.index)
     if isinstance(value, ToolOutput):
-        notify("end", info, value.content, value.is_error, at=returned)
+        notify("end", info, value.content, value.is_error, at=returned, update=value.update)
     else:
         notify("end", info, value, at=returned)
     return value

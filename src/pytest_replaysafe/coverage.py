@@ -1,0 +1,111 @@
+"""The matrix's own coverage: what its cells exercised, and what none of them reached.
+
+A green matrix proves only what its cells reach. Each cell records what it exercised (:func:`of_cell`): whether
+its crash fired, the sizes of the record groups (group commits) its runs wrote, the kinds of results its resumed
+conversation was answered with (and which of them came from the ledger, so that their comparison with what the
+body returned was made), its resume path, and the lock window a contest paused the lock holder at. The reports
+sum them (:func:`summarize`) and list, per dimension, what no cell reached (:func:`lines`), in the terminal under
+the grid, in the JSON report (``coverage``) and in the HTML report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_replaysafe.modes import Hit
+    from pytest_replaysafe.verdict import HitEvidence
+
+#: What a tool result can be, as the coverage counts it.
+RESULT_KINDS = ("value", "error", "timeout", "in_doubt")
+#: How a crashed run can be resumed: by the app again, by a stream, by runs contesting its lock, by the server's
+#: recovery, and after the retention job ran.
+RESUME_PATHS = ("app call", "stream", "contest", "recovery", "prune then resume")
+_PATH_OF_MODE = {"stream": "stream", "concurrent": "contest", "recovery": "recovery", "prune": "prune then resume"}
+
+
+def of_cell(evidence: HitEvidence, mode: str, hit: Hit) -> dict[str, Any]:
+    """What one cell exercised."""
+    from pytest_replaysafe.evidence import call_id_of
+
+    groups = sorted({e.group or 1 for e in evidence.entries if e.event == "record"})
+    doubted = {e.hid for e in evidence.entries if e.event == "in_doubt"}
+    answered: set[str] = set()
+    replayed: set[str] = set()
+    by_call = {}
+    for m in evidence.final_messages or []:
+        for index, call in enumerate(m.tool_calls):
+            by_call[str(call.id)] = call_id_of(m.message_id, index)
+        if m.role != "tool":
+            continue
+        for r in m.tool_results:
+            hid = by_call.get(str(r.call_id))
+            kind = (
+                "in_doubt"
+                if hid in doubted
+                else ("timeout" if r.status == "timeout" else ("error" if r.is_error else "value"))
+            )
+            answered.add(kind)
+            if m.metadata.get("replayed"):
+                replayed.add(kind)
+    window = (hit.contested_window or hit.window[0]) if hit.contested else None
+    return {
+        "crashed": evidence.crashed and not evidence.error,
+        "groups": groups,
+        "answered": sorted(answered),
+        "replayed": sorted(replayed),
+        "resume": _PATH_OF_MODE.get(mode, "app call"),
+        "window": window,
+    }
+
+
+def _split(reached: Iterable[str], every: Sequence[str]) -> dict[str, list[str]]:
+    got = set(reached)
+    return {"reached": [x for x in every if x in got], "not_reached": [x for x in every if x not in got]}
+
+
+def summarize(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The coverage of a whole matrix (the JSON report's ``coverage``)."""
+    from pytest_replaysafe.resumes import LOCK_WINDOWS
+    from tenxgraph.core.crashpoints import list_crash_points
+
+    ran = [c for c in cells if c.get("coverage")]
+    points = [p.name for p in list_crash_points()]
+    largest: dict[str, int] = {}
+    for c in ran:
+        sizes = c["coverage"].get("groups") or [0]
+        largest[c["backend"]] = max(largest.get(c["backend"], 0), max(sizes))
+    crashed = {c["point"] for c in ran if c["coverage"].get("crashed")}
+    crashed |= {str(c["then"]).rpartition("@")[0] for c in ran if c.get("then") and c["coverage"].get("crashed")}
+    return {
+        "crash_points": _split(crashed, points),
+        "largest_record_group": dict(sorted(largest.items())),
+        "results_answered": _split((k for c in ran for k in c["coverage"].get("answered", [])), RESULT_KINDS),
+        "results_replayed": _split((k for c in ran for k in c["coverage"].get("replayed", [])), RESULT_KINDS),
+        "resume_paths": _split((c["coverage"]["resume"] for c in ran if c["coverage"].get("crashed")), RESUME_PATHS),
+        "lock_windows": _split((c["coverage"]["window"] for c in ran if c["coverage"].get("window")), LOCK_WINDOWS),
+    }
+
+
+def lines(cov: dict[str, Any]) -> list[str]:
+    """The coverage under the grid: per dimension what was reached, and what no cell reached."""
+
+    def row(name: str, split: dict[str, list[str]]) -> str:
+        total = len(split["reached"]) + len(split["not_reached"])
+        missing = f"; not reached: {', '.join(split['not_reached'])}" if split["not_reached"] else ""
+        return f"  {name:16} {len(split['reached'])} of {total}{missing}"
+
+    groups = cov["largest_record_group"]
+    group_text = ", ".join(f"{b} {n}" for b, n in groups.items()) or "none written"
+    single = [b for b, n in groups.items() if n < 2]
+    group_note = f" (no group commit on {', '.join(single)})" if single else ""
+    return [
+        "coverage of this matrix (what its cells exercised; 'not reached': what no cell tested):",
+        row("crash points", cov["crash_points"]),
+        f"  {'record groups':16} largest per backend: {group_text}{group_note}",
+        row("results answered", cov["results_answered"]),
+        row("replayed+checked", cov["results_replayed"]),
+        row("resume paths", cov["resume_paths"]),
+        row("lock windows", cov["lock_windows"]),
+    ]
