@@ -99,7 +99,8 @@ def render(page: Path, fragment: str = "") -> Rendered:
 
 
 def check(page: Path) -> list[str]:
-    """Problems with a report's rendering: the grid must show every point, the exposure table every row, and a
+    """Problems with a report's rendering: the grid must show every point, the exposure table every row, the
+    coverage table every dimension, and a
     known-gap (or failing) cell's timeline must show its run, crash, resume and verdict."""
     text = page.read_text(encoding="utf-8")
     found = re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S)
@@ -122,6 +123,12 @@ def check(page: Path) -> list[str]:
         rows = table.group(1).count("<tr>") - 1 if table else 0
         if rows != len(exposure):
             problems.append(f"the exposure table shows {rows} rows, the report has {len(exposure)}")
+    coverage = data.get("coverage")
+    if coverage:  # every dimension of the matrix's own coverage, each a row
+        table = re.search(r'<table id="coverage-table">(.*?)</table>', dump_dom(page), re.S)
+        rows = table.group(1).count("<tr>") - 1 if table else 0
+        if rows != len(coverage):
+            problems.append(f"the coverage table shows {rows} rows, the report has {len(coverage)} dimensions")
     phases = [phase for phase, _ in shown.timeline]
     for phase in ("crash", "resume", "verdict"):
         if cells[pick]["timeline"] and phase not in phases:

@@ -281,6 +281,136 @@ def ledger_read_failure_runs_everything() -> None:
     handler._read_ledger = read
 
 
+def group_commit_one_output() -> None:
+    """A group commit stores the first record's output for every call of the group: only a crash after calls that
+    returned together, and a replay of them, shows it (every record of a group held to its own call)."""
+    for cls in BACKENDS:
+
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            async def put(self: Any, thread_id: str, records: Any) -> Any:
+                first = records[0][1].get("output")
+                return await original(self, thread_id, [(k, {**r, "output": first}) for k, r in records])
+
+            return put
+
+        cls.aput_tool_results = make(cls.aput_tool_results)  # type: ignore[method-assign]
+
+
+def replayed_error_as_success() -> None:
+    """A replayed record loses its error flag: after a crash the model is told a failed call succeeded."""
+    import dataclasses
+
+    original = handler.decode_record
+
+    def decode(call: Any, key: str, record: Any) -> Any:
+        execution = original(call, key, record)
+        result = dataclasses.replace(execution.result, is_error=False, status="success")
+        return dataclasses.replace(execution, result=result)
+
+    handler.decode_record = decode
+
+
+def lock_released_before_last_write() -> None:
+    """SQLite's run lock is released at the run loop's hint that the last write comes next, not after that write:
+    another run can take the thread while its final state is not stored yet (one write too early)."""
+    import fcntl
+    import hashlib
+    import os
+    import struct
+
+    from tenxgraph.errors import ThreadBusyError
+    from tenxgraph.storage.checkpointer import sqlite_lock
+
+    held: dict[tuple[int, str], tuple[int, int]] = {}  # (checkpointer, thread) -> (descriptor, byte)
+
+    @contextlib.asynccontextmanager
+    async def arun_lock(self: Any, thread_id: str) -> AsyncIterator[None]:
+        offset = int.from_bytes(hashlib.sha256(thread_id.encode()).digest()[:8]) >> 2
+        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                sqlite_lock.lock_byte(fd, offset)
+            except (BlockingIOError, PermissionError):
+                raise ThreadBusyError(thread_id) from None
+            held[(id(self), thread_id)] = (fd, offset)
+            yield
+        finally:
+            held.pop((id(self), thread_id), None)
+            os.close(fd)
+
+    def release_early(self: Any, thread_id: str) -> None:
+        found = held.pop((id(self), thread_id), None)
+        if found is not None and sqlite_lock.OFD_SETLK is not None:
+            fd, offset = found
+            fcntl.fcntl(fd, sqlite_lock.OFD_SETLK, struct.pack("@hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, offset, 1, 0))
+
+    SqliteCheckpointer.arun_lock = arun_lock  # type: ignore[method-assign,assignment]
+    SqliteCheckpointer.release_lock_with_next_write = release_early  # type: ignore[method-assign]
+
+
+def recovery_ignores_live_lock() -> None:
+    """The recovery sweep takes a thread whose status says running for abandoned and resumes it without its run
+    lock, while a live run holds that lock (only recovery as the resume path, contested, shows it)."""
+    from tenxgraph.server import recovery
+    from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
+
+    class Unlocked(DelegatingCheckpointer):
+        @contextlib.asynccontextmanager
+        async def arun_lock(self, thread_id: str) -> AsyncIterator[None]:
+            yield
+
+        async def acheck_run_lock(self, thread_id: str) -> None:
+            return None
+
+    original = recovery.Recovery.recover
+
+    async def recover(self: Any, thread_id: str) -> str:
+        self.graph = self.graph.copy(Unlocked(self.graph.checkpointer))
+        return await original(self, thread_id)
+
+    recovery.Recovery.recover = recover  # type: ignore[method-assign]
+
+
+def prune_deletes_resumable() -> None:
+    """The retention job deletes the records of interrupted threads too (as if include_resumable were given): only
+    a prune between a crash and its resume shows it."""
+    for cls in BACKENDS:
+
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            async def prune(
+                self: Any, older_than: Any, *, include_resumable: bool = False, batch_size: int = 1000
+            ) -> int:
+                return int(await original(self, older_than, include_resumable=True, batch_size=batch_size))
+
+            return prune
+
+        cls.aprune_tool_executions = make(cls.aprune_tool_executions)  # type: ignore[method-assign]
+
+
+def idempotency_key_without_message_id() -> None:
+    """The idempotency key is derived from the thread and tool_call_id alone: ``call_1`` of the second turn gets the
+    key of ``call_1`` of the first, and a provider drops it as a duplicate."""
+    import hashlib
+
+    def key(self: Any) -> str:
+        return "tenx-" + hashlib.sha256(f"{self.thread_id}\x00{self.call_id}".encode()).hexdigest()[:40]
+
+    handler.ToolCallInfo.idempotency_key = property(key)  # type: ignore[method-assign,assignment]
+
+
+def resume_raises_unrelated() -> None:
+    """A resume fails with an error unrelated to replay safety (an AttributeError as the run resumes): no promise
+    is broken, but no thread can be finished after a crash. Its cells are ``resume_failed``, not violations."""
+    original = compiled.emit_event
+
+    def emit(name: str, *args: Any, **kwargs: Any) -> None:
+        if name == "run_resumed":
+            raise AttributeError("'NoneType' object has no attribute 'resume_hint'")
+        original(name, *args, **kwargs)
+
+    compiled.emit_event = emit  # type: ignore[assignment]
+
+
 MUTANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (
@@ -303,6 +433,13 @@ MUTANTS: dict[str, Callable[[], None]] = {
         intent_failure_ignored,
         intents_not_written,
         ledger_read_failure_runs_everything,
+        group_commit_one_output,
+        replayed_error_as_success,
+        lock_released_before_last_write,
+        recovery_ignores_live_lock,
+        prune_deletes_resumable,
+        idempotency_key_without_message_id,
+        resume_raises_unrelated,
     )
 }
 #: Mutants that need a dimension beyond one crash in one seeded order to be seen for sure.

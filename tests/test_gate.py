@@ -239,10 +239,10 @@ def test_parallel(crash_run, effects):
 """
 
 
-def _outcomes(data: dict) -> dict[tuple[str, str, int], tuple[str, str | None, dict]]:  # type: ignore[type-arg]
+def _outcomes(data: dict) -> dict[tuple[str, str, int, int], tuple[str, str | None, dict]]:  # type: ignore[type-arg]
     """Per cell: outcome, gap names, and executions per tool_call_id (message ids are new in every run)."""
     return {
-        (c["point"], c["mode"], c["hit"]): (
+        (c["point"], c["mode"], c["hit"], c["order"]): (
             c["outcome"],
             c["gap"],
             {key.rsplit(":", 1)[-1]: n for key, n in c["executions"].items()},
@@ -258,23 +258,23 @@ def test_one_seed_gives_one_outcome_and_every_repro_line_reproduces_it(pytester:
     pytester.makepyfile(test_agent=PARALLEL)
     first = report(pytester, run(pytester, "--crash-matrix", "--crash-seed=42", "--crash-report=matrix.json"))
     again = report(pytester, run(pytester, "--crash-matrix", "--crash-seed=42", "--crash-report=matrix.json"))
-    assert len(first["cells"]) == 2 * 3 * 4
+    assert len(first["cells"]) == 2 * 3 * 4 * 2  # points x hits x modes x orders (single file, together)
     assert _outcomes(first) == _outcomes(again)
     other = report(pytester, run(pytester, "--crash-matrix", "--crash-seed=7", "--crash-report=matrix.json"))
     assert {c["outcome"] for c in other["cells"]} <= {"protected", "known_gap"}
 
-    def replay(cell: dict) -> tuple[tuple[str, str, int], dict]:  # type: ignore[type-arg]
-        out = pytester.path / f"repro-{cell['point']}-{cell['mode']}-{cell['hit']}.json"
+    def replay(cell: dict) -> tuple[tuple[str, str, int, int], dict]:  # type: ignore[type-arg]
+        out = pytester.path / f"repro-{cell['point']}-{cell['mode']}-{cell['hit']}-{cell['order']}.json"
         args = [*shlex.split(cell["repro"])[1:], "-p", "no:cacheprovider", "-q", f"--crash-report={out}"]
         subprocess.run([sys.executable, "-m", "pytest", *args], cwd=pytester.path, capture_output=True, timeout=300)
         data = json.loads(out.read_text())
-        return (cell["point"], cell["mode"], cell["hit"]), data
+        return (cell["point"], cell["mode"], cell["hit"], cell["order"]), data
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         replays = list(pool.map(replay, first["cells"]))
     expected = _outcomes(first)
     for key, data in replays:
-        assert [c["hit"] for c in data["cells"]] == [key[2]], key
+        assert [(c["hit"], c["order"]) for c in data["cells"]] == [key[2:]], key
         assert _outcomes(data) == {key: expected[key]}, key
 
 

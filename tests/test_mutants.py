@@ -1,6 +1,8 @@
-"""The harness must catch broken runtimes: the crash matrix over a small agent, against each mutant of
-tests/mutants.py, must put at least one ``violation`` cell in its JSON report (a failing body assertion alone does
-not count). The correct runtime, under the same matrix, must have none. The score is printed."""
+"""The harness must catch broken runtimes, each for its own reason: the crash matrix over a small agent, against
+each mutant of tests/mutants.py, must put cells of the mutant's expected outcome whose detail names its expected
+cause (:data:`CAUSES`) in its JSON report, more than one of them (a failing body assertion, or a cell failing for
+another reason, does not count). The correct runtime, under the same matrix, must have none. The score is
+printed."""
 
 from __future__ import annotations
 
@@ -17,6 +19,36 @@ from pytest_replaysafe import services
 from tests.mutants import MUTANTS, NEEDS_DEPTH, NEEDS_DROP, NEEDS_ORDERS, NEEDS_OUTAGE, NEEDS_REDIS
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: What each mutant must be caught by: the outcome of its cells and a part of their detail that names the cause.
+CAUSES: dict[str, tuple[str, str]] = {
+    "ledger_read_misses": ("violation", "executed 2 times"),
+    "record_before_run": ("violation", "was written before its body returned"),
+    "record_never_written": ("violation", "executed 2 times"),
+    "key_from_call_id_only": ("violation", "a model turn ran again"),
+    "replay_first_record": ("violation", "was answered with the result of"),
+    "unstable_idempotency_key": ("violation", "different idempotency keys across attempts"),
+    "node_not_persisted": ("violation", "the conversation differs"),
+    "cas_disabled": ("violation", "compare-and-swap write was accepted"),
+    "run_lock_disabled": ("violation", "entered the thread while another run held its run lock"),
+    "stale_redis_trusted": ("violation", "differs from the clean run"),
+    "first_parallel_call_only_recorded": ("violation", "executed 2 times"),
+    "ledger_read_prefix_only": ("violation", "executed 2 times"),
+    "replay_consumes_records": ("violation", "executed"),
+    "dead_connections_reused": ("resume_failed", "resume failed"),
+    "no_retries": ("resume_failed", "resume failed"),
+    "cache_errors_raised": ("resume_failed", "resume failed"),
+    "intent_failure_ignored": ("violation", "without in-doubt detection"),
+    "intents_not_written": ("violation", "without in-doubt detection"),
+    "ledger_read_failure_runs_everything": ("violation", "without in-doubt detection"),
+    "group_commit_one_output": ("violation", "was answered with the result of"),
+    "replayed_error_as_success": ("violation", "answered as a success although its body failed"),
+    "lock_released_before_last_write": ("violation", "held its run lock at release"),
+    "recovery_ignores_live_lock": ("violation", "recovery must leave a live run's thread alone"),
+    "prune_deletes_resumable": ("violation", "executed 2 times"),
+    "idempotency_key_without_message_id": ("violation", "were given the same idempotency key"),
+    "resume_raises_unrelated": ("resume_failed", "AttributeError"),
+}
 
 AGENT_TEST = '''
 import pytest
@@ -37,16 +69,30 @@ def make_agent(checkpointer, effects):
         """Open a ticket (never opened twice: a call in doubt is reported, not run again)."""
         return "ticket: " + title
 
+    def check_fraud(order_id: str) -> str:
+        """Ask the fraud service (down: the call fails, and its failure is recorded like any result)."""
+        raise RuntimeError("fraud service unavailable")
+
     model = ScriptedModel([
-        Reply(tool_calls=[("refund_order", {"order_id": "1042"}), ("send_email", {"to": "ada"})]),
+        Reply(tool_calls=[
+            ("refund_order", {"order_id": "1042"}), ("send_email", {"to": "ada"}), ("check_fraud", {"order_id": "1042"})
+        ]),
         Reply(tool_calls=[("open_ticket", {"title": "refund 1042"})]),
         "Done.",
     ])
-    return ReactAgent(model, tools=[refund_order, send_email, open_ticket]).compile(checkpointer=checkpointer)
+    tools = [refund_order, send_email, open_ticket, check_fraud]
+    return ReactAgent(model, tools=tools).compile(checkpointer=checkpointer)
 
 
 @pytest.mark.crash_matrix
 def test_agent(crash_run, effects):
+    result = crash_run.invoke(make_agent(crash_run.checkpointer, effects), {"messages": [Message.text_message("go")]})
+    assert result.final_text == "Done."
+
+
+@pytest.mark.crash_matrix(points="run.before_node")
+def test_agent_again(crash_run, effects):
+    """The same agent, crashed at its nodes only: a second set of budgeted cells (contests, recovery, prune)."""
     result = crash_run.invoke(make_agent(crash_run.checkpointer, effects), {"messages": [Message.text_message("go")]})
     assert result.final_text == "Done."
 '''
@@ -99,24 +145,33 @@ def run_matrix(workdir: Path, mutant: str | None) -> dict[str, object]:
     if not report.exists():
         raise AssertionError(f"{mutant}: no report\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     data = json.loads(report.read_text())
-    violations = [c for c in data["cells"] if c["outcome"] == "violation"]
-    return {"mutant": mutant, "summary": data["summary"], "violations": violations, "exit": proc.returncode}
+    failing = [c for c in data["cells"] if c["outcome"] in ("violation", "resume_failed", "error", "failed")]
+    outcome, cause = CAUSES.get(mutant or "", ("violation", ""))
+    caught = [c for c in failing if c["outcome"] == outcome and cause in c["detail"]]
+    return {"mutant": mutant, "failing": failing, "caught": caught, "exit": proc.returncode, "cause": cause}
 
 
-def test_every_mutant_is_caught_with_violation_cells(tmp_path: Path) -> None:
+def test_every_mutant_is_caught_for_its_own_reason(tmp_path: Path) -> None:
     if not (os.environ.get(services.ENV_PG) and os.environ.get(services.ENV_REDIS)):
         if services.services_required():
             pytest.fail(f"{services.ENV_PG} and {services.ENV_REDIS} are needed for the Redis mutant")
         pytest.skip(f"set {services.ENV_PG} and {services.ENV_REDIS} (the Redis mutant needs them)")
+    assert set(CAUSES) == set(MUTANTS), "every mutant says what it must be caught by"
     names: list[str | None] = [None, *MUTANTS]
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda name: run_matrix(tmp_path, name), names))
     control, mutants = results[0], results[1:]
-    lines = [f"  {r['mutant']:36} {len(r['violations']):4} violation cells" for r in mutants]  # type: ignore[arg-type]
-    caught = [r for r in mutants if r["violations"]]
-    print(f"\nmutation score: {len(caught)}/{len(mutants)} mutants caught with violation cells")
+    lines = [
+        f"  {r['mutant']:36} {len(r['caught']):4} cells {CAUSES[str(r['mutant'])][0]}: {r['cause']!r} "
+        f"({len(r['failing'])} failing)"
+        for r in mutants
+    ]
+    caught = [r for r in mutants if len(r["caught"]) > 1]
+    print(f"\nmutation score: {len(caught)}/{len(mutants)} mutants caught for their own reason (2+ cells each)")
     print("\n".join(lines))
-    assert control["violations"] == [] and control["exit"] == 0, control
-    missed = [r["mutant"] for r in mutants if not r["violations"]]
-    assert not missed, f"mutants the crash matrix did not catch: {missed}"
+    assert control["failing"] == [] and control["exit"] == 0, control
+    missed = {
+        str(r["mutant"]): sorted({c["detail"][:160] for c in r["failing"]})[:3] for r in mutants if len(r["caught"]) < 2
+    }
+    assert not missed, f"mutants the crash matrix did not catch for their own reason: {missed}"
     assert all(r["exit"] != 0 for r in mutants)  # and the gate goes red

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_replaysafe.matrix import LOCK_WINDOWS
+
 pytest_plugins = ["pytester"]
 
 AGENT = '''
@@ -62,8 +64,9 @@ def test_without_the_option_a_marked_test_runs_once(pytester: pytest.Pytester) -
 def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> None:
     write(pytester, PROTECTED)
     result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "--crash-seed=7", "-v")
-    # 3 points x (memory: inprocess, stream + n/a sigkill; sqlite: inprocess, sigkill, stream) + sqlite's contest
-    result.assert_outcomes(passed=16, skipped=3)
+    # 3 points x (memory: inprocess, stream + n/a sigkill; sqlite: inprocess, sigkill, stream) + sqlite's budgeted
+    # cells: a contest at each of 8 lock windows, a recovery, a prune
+    result.assert_outcomes(passed=25, skipped=3)
     result.stdout.fnmatch_lines(
         [
             "*test_refund?tool.after_record-sqlite-sigkill? PASSED*",
@@ -73,7 +76,11 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
     )
     data = report(pytester, result)
     assert data["schema"] == "replaysafe.crash-matrix/1" and data["seed"] == 7
-    after_record = [c for c in data["cells"] if c["point"] == "tool.after_record" and c["outcome"] != "not_applicable"]
+    after_record = [
+        c for c in data["cells"] if c["point"] == "tool.after_record" and c["outcome"] != "not_applicable"
+    ]
+    assert [c["mode"] for c in after_record if c["mode"] == "prune"] == ["prune"]  # the budgeted prune cell
+    after_record = [c for c in after_record if c["mode"] != "prune"]
     assert {(c["backend"], c["mode"], c["hit"]) for c in after_record} == {
         ("memory", "inprocess", 1),
         ("memory", "stream", 1),
@@ -86,11 +93,12 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
     assert streamed and {c["outcome"] for c in streamed} == {"protected"}  # streaming is no longer a gap
     before_node = [c for c in data["cells"] if c["point"] == "run.before_node" and c["backend"] == "sqlite"]
     assert sorted({c["hit"] for c in before_node}) == [1, 2, 3]  # MAIN, TOOL, MAIN: one cell per hit
-    assert data["summary"]["protected"] == 5 * (1 + 3 + 3) + 1 and data["summary"]["violation"] == 0  # hits/point
+    assert data["summary"]["protected"] == 5 * (1 + 3 + 3) + 10 and data["summary"]["violation"] == 0  # hits/point
     contest = [c for c in data["cells"] if c["mode"] == "concurrent"]
-    assert [(c["point"], c["backend"], c["hit"], c["outcome"]) for c in contest] == [
+    assert [(c["point"], c["backend"], c["hit"], c["outcome"]) for c in contest] == 8 * [
         ("run.before_node", "sqlite", 2, "protected")
     ]
+    assert sorted(c["coverage"]["window"] for c in contest) == sorted(LOCK_WINDOWS)  # one contest per lock window
     assert data["summary"]["not_applicable"] == 3
     cell = after_record[0]
     assert set(cell) == {
@@ -104,7 +112,7 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
         "executions",
         "duration_s",
         "repro",
-    } | {"detail", "effects_applied", "gap_reasons", "timeline", "order", "then"}
+    } | {"detail", "effects_applied", "gap_reasons", "timeline", "order", "then", "coverage"}
     assert cell["then"] is None  # one crash (depth 1)
     assert "--crash-seed=7" in cell["repro"] and "--crash-hits=1" in cell["repro"]
 
@@ -123,7 +131,7 @@ def test_refund(crash_run, effects):
 """,
     )
     result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "-rx")
-    result.assert_outcomes(xfailed=20, skipped=4, passed=1)  # 4 points x 5 columns; memory/sigkill n/a; contest
+    result.assert_outcomes(xfailed=20, skipped=4, passed=10)  # 4 points x 5 columns; memory/sigkill n/a; budgeted
     result.stdout.fnmatch_lines(["*known gap after_return*", "*known gap in_flight*"])
     data = report(pytester, result)
     gaps = {(c["point"], c["gap"]) for c in data["cells"] if c["outcome"] == "known_gap"}
@@ -177,7 +185,9 @@ def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) ->
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=amnesiac,sqlite", "--crash-report=matrix.json"
     )
-    result.assert_outcomes(passed=7, failed=7)  # 3 modes x 2 points + the contest, per backend
+    # 3 modes x 2 points + 10 budgeted cells, per backend: on the amnesiac one every crashed cell whose resume finds
+    # a record fails (6), and so do the budgeted cells whose resume replays one: 3 takeovers by a contest, 1 prune
+    result.assert_outcomes(passed=22, failed=10)
     result.stdout.fnmatch_lines(
         [
             "VIOLATION test_refund at * hit ?, amnesiac/*: refund_order ran 2 times",
@@ -188,7 +198,7 @@ def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) ->
     section = result.stdout.str().split("replaysafe crash matrix", 1)[1].split("short test summary info")[0]
     section = section.splitlines()[1:-1]
     failures = [line for line in section if line.startswith("VIOLATION ")]
-    assert len(failures) == 7  # one per failing cell (hit), never cut: the tool and its count are in it
+    assert len(failures) == 10  # one per failing cell (hit), never cut: the tool and its count are in it
     for line in section:
         assert len(line) <= 100 or line.startswith("    repro: pytest "), line
     for i, line in enumerate(section):
@@ -198,14 +208,15 @@ def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) ->
             assert next(s for s in section[i + 1 :] if not s.startswith("    ") or "repro:" in s).startswith(
                 "    repro: pytest '"
             )
-    assert any(line.startswith("NOT PROVED: 7 violation cells") for line in section)
+    assert any(line.startswith("NOT PROVED: 10 violation cells") for line in section)
     assert "cells]" not in result.stdout.str()  # progress is never glued to pytest's status words
     data = report(pytester, result)
     broken: dict[tuple[str, str], set[str]] = {}
     for c in data["cells"]:
         if c["backend"] == "amnesiac":
             broken.setdefault((c["point"], c["mode"]), set()).add(c["outcome"])
-    assert len(broken) == 7 and all("violation" in outcomes for outcomes in broken.values())
+    assert len(broken) == 9, broken  # 3 modes x 2 points, the contests, the recovery, the prune
+    assert all("violation" in outcomes for key, outcomes in broken.items() if key[1] != "recovery"), broken
     # hits with nothing to replay (the model node's crash before any tool ran) are rightly protected
     assert {c["hit"] for c in data["cells"] if c["outcome"] == "violation"} == {1, 2}
     assert {c["outcome"] for c in data["cells"] if c["backend"] == "sqlite"} == {"protected"}
@@ -240,8 +251,8 @@ def test_no_tools(crash_run):
         (["--crash-backends=mongo"], "*unknown crash backend 'mongo'*known backends:*sqlite*"),
         (
             ["--crash-modes=sigterm"],
-            "*unknown crash mode 'sigterm'*known modes: concurrent, drop, inprocess, outage, readonly, redis-down, "
-            "sigkill, stream*",
+            "*unknown crash mode 'sigterm'*known modes: concurrent, drop, inprocess, outage, prune, readonly, "
+            "recovery, redis-down, sigkill, stream*",
         ),
         (["--crash-seed=abc"], "*--crash-seed='abc': give a whole number or 'last'*"),
     ],
@@ -311,9 +322,9 @@ def test_junit_xml_gets_per_cell_properties(pytester: pytest.Pytester) -> None:
 def test_works_under_xdist(pytester: pytest.Pytester) -> None:
     write(pytester, PROTECTED)
     result = run(pytester, "--crash-matrix", "-n", "2", "--crash-report=matrix.json", "--crash-seed=11")
-    result.assert_outcomes(passed=16, skipped=3)
+    result.assert_outcomes(passed=25, skipped=3)
     data = report(pytester, result)
-    assert data["seed"] == 11 and data["summary"]["protected"] == 36  # cells came back from the workers
+    assert data["seed"] == 11 and data["summary"]["protected"] == 45  # cells came back from the workers
 
 
 def test_user_suite_fixtures_and_faker_seeded_from_the_cell(pytester: pytest.Pytester) -> None:
@@ -371,9 +382,10 @@ def test_in_doubt(crash_run, effects, policy):
 def test_in_doubt_tools_close_the_gaps_in_every_cell(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_agent=IN_DOUBT)
     result = run(pytester, "--crash-matrix", "--crash-report=matrix.json")
-    result.assert_outcomes(passed=2 * 2 * 5 + 2, skipped=2 * 2)  # policies x points x 5 columns + 2 contests
+    result.assert_outcomes(passed=2 * 2 * 5 + 2 * 10, skipped=2 * 2)  # policies x points x 5 columns + budgeted
+    budgeted = ("concurrent", "recovery", "prune")
     cells = [
-        c for c in report(pytester, result)["cells"] if c["outcome"] != "not_applicable" and c["mode"] != "concurrent"
+        c for c in report(pytester, result)["cells"] if c["outcome"] != "not_applicable" and c["mode"] not in budgeted
     ]
     assert {c["outcome"] for c in cells} == {"in_doubt_handled"}
     assert all(max(c["executions"].values()) == 1 for c in cells)  # zero duplicate executions

@@ -10,6 +10,7 @@ the grid, in the JSON report (``coverage``) and in the HTML report.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +68,7 @@ def _split(reached: Iterable[str], every: Sequence[str]) -> dict[str, list[str]]
 
 def summarize(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The coverage of a whole matrix (the JSON report's ``coverage``)."""
-    from pytest_replaysafe.resumes import LOCK_WINDOWS
+    from pytest_replaysafe.matrix import LOCK_WINDOWS
     from tenxgraph.core.crashpoints import list_crash_points
 
     ran = [c for c in cells if c.get("coverage")]
@@ -88,7 +89,7 @@ def summarize(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def lines(cov: dict[str, Any]) -> list[str]:
+def lines(cov: dict[str, Any], width: int = 100) -> list[str]:
     """The coverage under the grid: per dimension what was reached, and what no cell reached."""
 
     def row(name: str, split: dict[str, list[str]]) -> str:
@@ -96,11 +97,14 @@ def lines(cov: dict[str, Any]) -> list[str]:
         missing = f"; not reached: {', '.join(split['not_reached'])}" if split["not_reached"] else ""
         return f"  {name:16} {len(split['reached'])} of {total}{missing}"
 
+    def wrap(line: str) -> list[str]:
+        return textwrap.wrap(line, width, subsequent_indent=" " * 19, break_on_hyphens=False)
+
     groups = cov["largest_record_group"]
     group_text = ", ".join(f"{b} {n}" for b, n in groups.items()) or "none written"
     single = [b for b, n in groups.items() if n < 2]
     group_note = f" (no group commit on {', '.join(single)})" if single else ""
-    return [
+    rows = [
         "coverage of this matrix (what its cells exercised; 'not reached': what no cell tested):",
         row("crash points", cov["crash_points"]),
         f"  {'record groups':16} largest per backend: {group_text}{group_note}",
@@ -109,3 +113,4 @@ def lines(cov: dict[str, Any]) -> list[str]:
         row("resume paths", cov["resume_paths"]),
         row("lock windows", cov["lock_windows"]),
     ]
+    return [part for line in rows for part in wrap(line)]

@@ -34,17 +34,16 @@ from pytest_replaysafe.matrix import Backend, Cell
 from pytest_replaysafe.modes import Hit, Inputs
 from pytest_replaysafe.orders import Groups, Orders
 from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
+from pytest_replaysafe.provenance import given_keys, shared_keys
 from pytest_replaysafe.resumes import MODES, window_arrival
 from pytest_replaysafe.schedules import DEPTH_MODES, Depth, Plan, Planner, Then
 from pytest_replaysafe.spy import RecordingCheckpointer
 from pytest_replaysafe.verdict import (
     Reference,
     call_labels,
-    given_keys,
     judge,
     reference,
     result_problems,
-    shared_keys,
 )
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
@@ -397,7 +396,7 @@ class CrashRun:
         hit = self.hit if hit is None else hit
         if not hit:
             return self.repro_base
-        return f"{self.repro_base} --crash-hits={hit}{self.orders.flag(self.order)}{self.depth.flag(self.then)}"
+        return f"{self.repro_base} --crash-hits={hit}{self.orders.flag(self.order, self.planner.widest > 1)}{self.depth.flag(self.then)}"
 
     def _record(
         self, hit: int, outcome: Outcome, gap: str | None, executions: dict[str, int], duration: float, detail: str

@@ -29,12 +29,24 @@ DEFAULT_MODES = ("inprocess", "sigkill", "stream")
 #: Modes whose resume happens in other processes: not applicable to storage that lives in one process.
 PROCESS_MODES = frozenset({"sigkill", "concurrent", "recovery", "prune"})
 #: The budgeted cells a default run adds per durable backend, one hit each: a ``concurrent`` contest crashed at
-#: the node that follows the first model turn for every lock window (:data:`pytest_replaysafe.resumes.LOCK_WINDOWS`:
+#: the node that follows the first model turn for every lock window (:data:`LOCK_WINDOWS`:
 #: a run lock or compare-and-swap that does not hold shows at one of them on any graph), the server's
 #: ``recovery`` as the resume there, and the retention job run between a crash after a record and its resume
 #: (``prune``).
 BUDGET_POINT = "run.before_node"
 PRUNE_POINT = "tool.after_record"
+#: Where a run holds its thread's lock, in the order a run reaches them. ``release``: the run's last node has
+#: completed and its last state write, with which the lock is released, comes next.
+LOCK_WINDOWS = (
+    "run.before_node",
+    "tool.before_ledger_read",
+    "tool.before_invoke",
+    "tool.after_return",
+    "tool.after_record",
+    "node.after_complete",
+    "run.after_advance",
+    "release",
+)
 #: Faults with cells of their own (``--crash-faults``; see :mod:`pytest_replaysafe.faults`): each is the mode of
 #: its cells too.
 FAULT_CELL_MODES = ("drop", "outage", "redis-down", "readonly")
@@ -299,8 +311,6 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
 
 def budget_cells(durable: list[Backend]) -> list[Cell]:
     """The budgeted cells of a default run on each durable backend (see :data:`BUDGET_POINT`)."""
-    from pytest_replaysafe.resumes import LOCK_WINDOWS
-
     out = []
     for b in durable:
         out += [Cell(BUDGET_POINT, b.name, "concurrent", budget=True, window=w) for w in LOCK_WINDOWS]

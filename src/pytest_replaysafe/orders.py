@@ -56,10 +56,12 @@ class Orders:
         total = math.factorial(min(widest, ALL_UP_TO)) + 1 if self.count is None else self.count
         return list(range(total))
 
-    def flag(self, variant: int) -> str:
-        """What a repro line adds to run *variant* again."""
-        if self.count == DEFAULT_ORDERS and variant in (0, TOGETHER):
-            return f" --crash-order={variant}" if variant else ""
+    def flag(self, variant: int, parallel: bool = True) -> str:
+        """What a repro line adds to run *variant* again (of a test whose clean run had *parallel* calls)."""
+        if not parallel:
+            return ""  # (the only order)
+        if self.count in (1, DEFAULT_ORDERS) and variant <= TOGETHER:
+            return f" --crash-order={variant}"
         spec = "all" if self.count is None else str(self.count)
         return f" --crash-orders={spec} --crash-order={variant}"
 

@@ -174,7 +174,7 @@ def markdown(cells: Sequence[dict[str, Any]], seed: int) -> str:
         out += ["Known gaps shown:", "", *(f"- {line}" for line in notes), ""]
     from pytest_replaysafe.coverage import lines, summarize
 
-    head, *rows = lines(summarize(cells))
+    head, *rows = lines(summarize(cells), width=10_000)
     out += [head[0].upper() + head[1:], "", *(f"- {row.strip()}" for row in rows), ""]
     return "\n".join(out)
 

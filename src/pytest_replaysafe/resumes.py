@@ -26,18 +26,6 @@ from typing import Any
 from pytest_replaysafe.modes import RESUME_LOCK_TIMEOUT_S, Hit, InProcess, Mode, Runner, SigKill, Stream, arm_resume
 from pytest_replaysafe.procs import HarnessError, child_timeout, describe_status, fork_child, wait_child
 
-#: Where a run holds its thread's lock, in the order a run reaches them. ``release``: the run's last node has
-#: completed and its last state write, with which the lock is released, comes next.
-LOCK_WINDOWS = (
-    "run.before_node",
-    "tool.before_ledger_read",
-    "tool.before_invoke",
-    "tool.after_return",
-    "tool.after_record",
-    "node.after_complete",
-    "run.after_advance",
-    "release",
-)
 #: Windows at which no tool call is in flight: a run that takes the thread over may finish it (elsewhere a takeover
 #: runs an in-flight call again, the in-flight gap of a lost lock, not what a contest judges).
 TAKEOVER_WINDOWS = frozenset(
@@ -239,13 +227,24 @@ class Recover(SigKill):
                         f"the recovery sweep answered {busy!r} for a thread whose run lock a live run held: "
                         "recovery must leave a live run's thread alone"
                     )
+        from tenxgraph.core import crashpoints
+
         outcome = "busy"
-        for _ in range(int(RESUME_LOCK_TIMEOUT_S / 0.05)):  # (PostgreSQL frees a killed session's lock a bit later)
-            outcome = run_sync(self._recover(run, hit))
-            if outcome != "busy":
-                break
-            run_sync(_sleep(0.05))
-        if outcome != "recovered":
+        arm_resume(hit.point)  # the recovery is a resume: it gets the resume's read fault
+        try:
+            for _ in range(int(RESUME_LOCK_TIMEOUT_S / 0.05)):  # (PostgreSQL frees a killed session's lock later)
+                outcome = run_sync(self._recover(run, hit))
+                if outcome == "failed" and hit.point == "ledger.read_error" and hit.stopped is None:
+                    hit.stopped = "the recovery's ledger read failed (its attempt is counted), and it was tried again"
+                    crashpoints.reset()
+                    continue
+                if outcome != "busy":
+                    break
+                run_sync(_sleep(0.05))
+        finally:
+            crashpoints.reset()
+        finished = outcome == "gone" and run.stored_result(hit.app, hit.thread).status == "done"
+        if outcome != "recovered" and not finished:  # ("gone" and done: a run the check above let in finished it)
             raise RuntimeError(f"the recovery of thread {hit.thread!r} answered {outcome!r}, not 'recovered'")
         if hit.resume_input is not None:  # a conversation: the client sends its turns again (stored ones are skipped)
             return run.run_graph(hit.app, hit.resume_input, hit.thread, hit.resume_config, hit.stream, "resume")

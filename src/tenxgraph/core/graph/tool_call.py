@@ -120,27 +120,45 @@ def set_completion_order(order: CompletionOrder | None) -> None:
 
 class BatchTurns:
     """The completion order of one batch, as groups: a call may pass once every call of the groups before its own is
-    done and every call of its own group has returned (or finished without running), so the calls of one group pass
-    in the same turn of the event loop, as siblings that return at the same moment do, and are recorded together."""
+    done and every call of its own group has returned (or finished without running). The calls of a group then
+    pass in one turn of the event loop, in the group's listed order (the same in every process), as siblings that
+    return at the same moment do, so that their records form one group commit."""
 
     def __init__(self, order: Sequence[int | Sequence[int]]) -> None:
         self.groups = [[g] if isinstance(g, int) else list(g) for g in order]
         self.group_of = {index: n for n, group in enumerate(self.groups) for index in group}
         self.done = {index: asyncio.Event() for index in self.group_of}
-        self.arrived = {index: asyncio.Event() for index in self.group_of}
+        self._arrived: set[int] = set()
+        self._go: dict[int, asyncio.Future[None]] = {}
+        self._released: set[int] = set()
 
     async def wait(self, index: int) -> None:
-        self.arrived[index].set()
         own = self.group_of[index]
         for group in self.groups[:own]:
             for before in group:
                 await self.done[before].wait()
-        for sibling in self.groups[own]:
-            await self.arrived[sibling].wait()
+        go = self._go[index] = asyncio.get_running_loop().create_future()
+        self._arrived.add(index)
+        self._release_when_complete(own)
+        await go
 
     def finish(self, index: int) -> None:
-        self.arrived[index].set()  # (a call answered without running never waits: its group must not wait for it)
+        self._arrived.add(index)  # (a call answered without running never waits: its group must not wait for it)
         self.done[index].set()
+        self._release_when_complete(self.group_of[index])
+
+    def _release_when_complete(self, n: int) -> None:
+        group = self.groups[n]
+        if n in self._released or not self._arrived.issuperset(group):
+            return
+        self._released.add(n)
+        asyncio.get_running_loop().call_soon(self._release, group)  # one turn: every member is awaiting its go
+
+    def _release(self, group: list[int]) -> None:
+        for index in group:  # wake-ups run in this order, each call up to its record write
+            go = self._go.get(index)
+            if go is not None and not go.done():
+                go.set_result(None)
 
 
 turns_var: contextvars.ContextVar[BatchTurns | None] = contextvars.ContextVar("tenxgraph_turns", default=None)
