@@ -76,9 +76,7 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
     )
     data = report(pytester, result)
     assert data["schema"] == "replaysafe.crash-matrix/1" and data["seed"] == 7
-    after_record = [
-        c for c in data["cells"] if c["point"] == "tool.after_record" and c["outcome"] != "not_applicable"
-    ]
+    after_record = [c for c in data["cells"] if c["point"] == "tool.after_record" and c["outcome"] != "not_applicable"]
     assert [c["mode"] for c in after_record if c["mode"] == "prune"] == ["prune"]  # the budgeted prune cell
     after_record = [c for c in after_record if c["mode"] != "prune"]
     assert {(c["backend"], c["mode"], c["hit"]) for c in after_record} == {

@@ -40,10 +40,14 @@ def make_refund_order(payments: Provider) -> Any:
 
 
 def build_support_agent(
-    checkpointer: BaseCheckpointer | None = None, payments: Provider | None = None
+    checkpointer: BaseCheckpointer | None = None, payments: Provider | None = None, mistyped: str | None = None
 ) -> CompiledGraph[Any]:
+    """*mistyped*: the model first looks up this order number, which does not exist (the lookup fails, and its
+    failure is recorded and replayed like any result), then the right one."""
+    first = [Reply(tool_calls=[("lookup_order", {"order_id": mistyped})])] if mistyped else []
     model = ScriptedModel(
         [
+            *first,
             Reply(tool_calls=[("lookup_order", {"order_id": "1042"})]),
             Reply(tool_calls=[("refund_order", {"order_id": "1042", "amount": 20.0})]),
             "Refunded 20.00 EUR on order 1042.",

@@ -396,7 +396,8 @@ class CrashRun:
         hit = self.hit if hit is None else hit
         if not hit:
             return self.repro_base
-        return f"{self.repro_base} --crash-hits={hit}{self.orders.flag(self.order, self.planner.widest > 1)}{self.depth.flag(self.then)}"
+        order = self.orders.flag(self.order, self.planner.widest > 1)
+        return f"{self.repro_base} --crash-hits={hit}{order}{self.depth.flag(self.then)}"
 
     def _record(
         self, hit: int, outcome: Outcome, gap: str | None, executions: dict[str, int], duration: float, detail: str
