@@ -15,10 +15,15 @@ from pytest_replaysafe.outcome import LEGEND, SEVERITY, Outcome
 WIDTH = 100
 #: Sub-column headings: short, so four modes of four backends need no more than two panels.
 MODE_LABELS = {
-    "inprocess": "proc", "sigkill": "kill", "stream": "strm", "concurrent": "conc",
+    "inprocess": "proc", "sigkill": "kill", "stream": "strm", "concurrent": "conc", "recovery": "rcvr", "prune": "prun",
     "drop": "drop", "outage": "out", "redis-down": "rdwn", "readonly": "ro",
 }  # fmt: skip
 MODES_LINE = "modes: proc in-process crash  kill SIGKILL + resume  strm streaming  conc two runs contest the lock"
+#: The resume modes, explained where their columns are shown.
+RESUME_LINES = {
+    "recovery": "rcvr the server's recovery resumes",
+    "prune": "prun the retention job runs, then the resume",
+}
 FAULT_LINES = {
     "drop": "drop PostgreSQL connections terminated",
     "outage": "out PostgreSQL unreachable for a while",
@@ -169,6 +174,9 @@ def text_grid(cells: Sequence[dict[str, Any]], width: int = WIDTH) -> list[str]:
     lines += left_out_lines(cells)
     lines += textwrap.wrap(LEGEND, width, subsequent_indent="  ")
     lines += textwrap.wrap(MODES_LINE, width, subsequent_indent="  ")
+    resumes = [text for mode, text in RESUME_LINES.items() if any(c["mode"] == mode for c in cells)]
+    if resumes:
+        lines += textwrap.wrap("resumed another way: " + "  ".join(resumes), width, subsequent_indent="  ")
     shown = [text for mode, text in FAULT_LINES.items() if any(c["mode"] == mode for c in cells)]
     if shown:
         lines += textwrap.wrap("faults, no crash (--crash-faults): " + "  ".join(shown), width, subsequent_indent="  ")
