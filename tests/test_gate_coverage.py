@@ -145,6 +145,21 @@ def test_every_documented_mode_and_point_is_green_on_a_correct_runtime(tmp_path:
     assert any(c["mode"] == "concurrent" and c["outcome"] == "known_gap" for c in data["cells"]), data["summary"]
 
 
+def test_every_storage_fault_mode_is_green_on_a_correct_runtime(tmp_path: Path) -> None:
+    """The fault modes of the PostgreSQL backends, at every point, on one example: no failing cell."""
+    if not (os.environ.get(services.ENV_PG) and os.environ.get(services.ENV_REDIS)):
+        if services.services_required():
+            pytest.fail(f"{services.ENV_PG} and {services.ENV_REDIS} are needed for the storage fault modes")
+        pytest.skip(f"set {services.ENV_PG} and {services.ENV_REDIS} for the storage fault modes")
+    code, data, out = _matrix(
+        tmp_path, "faults", "-n", "2", "--crash-backends=postgres+redis", "--crash-modes=drop,outage,redis-down",
+        "--crash-faults=drop,outage,redis-down,cache", target="examples/support_refund",
+    )  # fmt: skip
+    failing = [c for c in data["cells"] if c["outcome"] in ("violation", "resume_failed", "failed", "vacuous", "error")]
+    assert code == 0 and not failing, (failing[:3], out[-2000:])
+    assert {c["mode"] for c in data["cells"]} == {"drop", "outage", "redis-down"}
+
+
 @pytest.mark.parametrize("fmt", ["markdown", "html"])
 def test_the_coverage_section_is_in_every_report(tmp_path: Path, fmt: str) -> None:
     path = tmp_path / f"r.{fmt}"
