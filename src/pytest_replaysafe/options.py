@@ -81,8 +81,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--crash-modes",
         default=None,
-        help="comma-separated modes: inprocess, sigkill, stream, concurrent (default: the first three, plus one "
-        "budgeted concurrent cell per durable backend)",
+        help="comma-separated modes: inprocess, sigkill, stream (the default, plus budgeted contest, recovery and "
+        "prune cells per durable backend); concurrent, recovery, prune at every point; the storage-fault modes "
+        "drop, outage, redis-down, readonly (with --crash-faults)",
     )
     group.addoption("--crash-hits", default=None, help="only these hits of each point, e.g. 2 (for a repro)")
     group.addoption("--crash-seed", default=None, help="master seed (a number, or 'last' for the previous run's)")

@@ -49,8 +49,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "crash_matrix(points=None, backends=None, modes=None, tools=None): with --crash-matrix, crash and resume "
-        "this test at every crash point x backend x mode; tools= limits the at-most-once check to those tools",
+        "crash_matrix(points=None, backends=None, modes=None, tools=None, depth=1, budget=8): with --crash-matrix, "
+        "crash and resume this test at every crash point x backend x mode; tools= limits the at-most-once check to "
+        "those tools; depth=2 also crashes during the resume, under budget= schedules per item",
     )
     settings = options.read_settings(config)
     config.stash[settings_key] = settings
@@ -90,7 +91,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.definition.get_closest_marker("crash_matrix") is None:
         return
     if "crash_run" not in metafunc.fixturenames:
-        raise pytest.UsageError(f"{metafunc.definition.nodeid} is marked crash_matrix but does not use crash_run")
+        return  # that test's own error, at its setup (pytest_runtest_setup); the file's other tests run
     settings = metafunc.config.stash[settings_key]
     if settings.enabled:
         matrix.expand(metafunc, settings)
@@ -101,6 +102,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     replay = config.stash[settings_key].replay
     if replay is not None:  # --crash-replay: only the items with failing cells
         replay.select(config, items)
+
+
+NO_CRASH_RUN = (
+    "{nodeid} is marked crash_matrix but does not use the crash_run fixture: add a crash_run parameter and drive "
+    "the agent with crash_run.invoke(app, input) (or remove the marker); nothing else can be crashed or checked"
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("crash_matrix") is not None and "crash_run" not in getattr(item, "fixturenames", ()):
+        pytest.fail(NO_CRASH_RUN.format(nodeid=item.nodeid), pytrace=False)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -31,12 +31,17 @@ def load_graph(target: str) -> CompiledGraph[Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from tenxgraph import __version__
+
     parser = argparse.ArgumentParser(prog="tenxgraph")
+    parser.add_argument("--version", action="version", version=f"tenxgraph {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a compiled graph over HTTP")
     serve.add_argument("target", help="module:attribute of a CompiledGraph (or of a function returning one)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     serve.add_argument(
         "--lock-timeout",
         type=float,
