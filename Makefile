@@ -17,15 +17,21 @@ ifneq ($(UV),)
 INSTALLER := uv
 MKVENV    := $(UV) venv --quiet --python $(PYTHON) $(VENV)
 INSTALL   := $(UV) pip install --python $(BIN)/python
+REMOVE    := $(UV) pip uninstall --quiet --python $(BIN)/python
 else ifeq ($(shell $(PYTHON) -m pip --python $(PYTHON) --version >/dev/null 2>&1 && echo yes),yes)
 INSTALLER := pip
 MKVENV    := $(PYTHON) -m venv --without-pip $(VENV)
 INSTALL   := $(PYTHON) -m pip --python $(BIN)/python install
+REMOVE    := $(PYTHON) -m pip --python $(BIN)/python uninstall --quiet --yes
 else
 INSTALLER := pip
 MKVENV    := $(PYTHON) -m venv $(VENV)
 INSTALL   := $(BIN)/python -m pip install
+REMOVE    := $(BIN)/python -m pip uninstall --quiet --yes
 endif
+# The distribution was called 10xgraph until 0.1 (the package index's 10xgraph is another project): a .venv made
+# before then drops it, or pytest would load the plugin twice.
+OLD_DIST  = $(if $(wildcard $(VENV)/lib/python*/site-packages/10xgraph-*.dist-info),$(REMOVE) 10xgraph;,)
 
 $(BIN)/python:
 	@echo "[setup] creating $(VENV) ($(INSTALLER))"
@@ -33,13 +39,13 @@ $(BIN)/python:
 
 # The demo needs only the package, pytest and xdist (and drivers for PostgreSQL); `make test` adds the rest.
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
-	@echo "[setup] installing 10xgraph[$(DEMO_EXTRA)] into $(VENV) with $(INSTALLER) (first run only)"
-	@$(INSTALL) --quiet -e ".[$(DEMO_EXTRA)]"
+	@echo "[setup] installing tenxgraph[$(DEMO_EXTRA)] into $(VENV) with $(INSTALLER) (first run only)"
+	@$(OLD_DIST) $(INSTALL) --quiet -e ".[$(DEMO_EXTRA)]"
 	@touch $@
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	@echo "[setup] installing 10xgraph[dev] into $(VENV) with $(INSTALLER): tests, linters, providers"
-	@$(INSTALL) --quiet -e ".[dev]"
+	@echo "[setup] installing tenxgraph[dev] into $(VENV) with $(INSTALLER): tests, linters, providers"
+	@$(OLD_DIST) $(INSTALL) --quiet -e ".[dev]"
 	@touch $(STAMP) $(VENV)/.installed-demo $(VENV)/.installed-ci
 
 # The crash matrix over examples/ on the embedded backends (+ PostgreSQL/Redis when their env vars are set).
@@ -67,6 +73,7 @@ check: lint typecheck test
 $(BENCH_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	-$(BENCH_VENV)/bin/python -m pip uninstall --quiet --yes 10xgraph 2>/dev/null
 	$(BENCH_VENV)/bin/python -m pip install --quiet -e ".[dev,bench]"
 	touch $@
 

@@ -60,7 +60,7 @@ def test_missing_driver_names_the_extra() -> None:
     code = "import sys; sys.modules['psycopg'] = None\nfrom tenxgraph.storage.checkpointer import PgCheckpointer"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode != 0
-    assert 'pip install "10xgraph[pg-checkpoint]"' in out.stderr
+    assert 'pip install ".[pg-checkpoint]" in a tenxgraph checkout' in out.stderr
 
 
 def test_setup_is_idempotent_and_safe_concurrently(pg_dsn: str, pg_schema: str) -> None:
@@ -496,14 +496,15 @@ def test_a_missing_driver_is_reported_as_a_driver_not_a_server_that_is_down() ->
     )
     env = {**os.environ, "REPLAYSAFE_PG_DSN": "postgresql://postgres@127.0.0.1:5432/test"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
-    assert "driver is not installed (psycopg)" in out and 'pip install "10xgraph[pg-checkpoint]"' in out
+    assert "driver is not installed (psycopg)" in out
+    assert 'pip install ".[pg-checkpoint]" in a tenxgraph checkout' in out
     assert "did not answer" not in out
 
 
 def test_the_ci_extra_brings_the_plugins_drivers_and_xdist() -> None:
     from importlib.metadata import requires
 
-    ci = [r for r in requires("10xgraph") or [] if r.replace('"', "'").endswith("extra == 'ci'")]
+    ci = [r for r in requires("tenxgraph") or [] if r.replace('"', "'").endswith("extra == 'ci'")]
     assert any(r.startswith("pytest-xdist") for r in ci) and any(r.startswith("pytest>") for r in ci)
     assert any("pg-checkpoint" in r or "psycopg" in r for r in ci)
 

@@ -22,7 +22,9 @@ ENV_REQUIRE = "REPLAYSAFE_REQUIRE_SERVICES"
 
 #: ``pg-checkpoint`` (not ``pg_checkpoint``): the spelling every pip resolves; pip 23.2, which Python 3.11 ships,
 #: does not normalise a requested extra and answers "does not provide the extra 'pg_checkpoint'".
-DRIVER_HINT = 'pip install "10xgraph[pg-checkpoint]"'
+DRIVER_HINT = (
+    'pip install ".[pg-checkpoint]" in a tenxgraph checkout (or "tenxgraph[pg-checkpoint] @ <its path, URL or wheel>")'
+)
 
 
 def services_required() -> bool:

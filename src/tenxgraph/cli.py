@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from tenxgraph.core.graph.compiled import CompiledGraph
+from tenxgraph.utils.constants import install_hint
 from tenxgraph.utils.events import emit_event, log_json_lines
 
 
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         import uvicorn
     except ImportError as exc:
-        raise SystemExit(f'tenxgraph serve needs the server extra: pip install "10xgraph[server]" ({exc})') from exc
+        raise SystemExit(f"tenxgraph serve needs the server extra: {install_hint('server')} ({exc})") from exc
     if args.workers < 1:
         raise SystemExit(f"tenxgraph serve: --workers must be 1 or more, got {args.workers}")
     settings = {k: v for k, v in vars(args).items() if k not in ("command", "host", "port", "workers")}

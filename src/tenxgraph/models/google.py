@@ -16,6 +16,7 @@ from typing import Any
 from tenxgraph.core.state.messages import JSON, Message, TextBlock, ToolCallBlock
 from tenxgraph.errors import ProviderUnavailableError
 from tenxgraph.models.base import require_api_key
+from tenxgraph.utils.constants import install_hint
 
 API_KEY_ENVS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -48,7 +49,7 @@ class GoogleChatModel:
             from google.genai import types
         except ImportError as exc:
             raise ProviderUnavailableError(
-                f'provider "google" needs the google extra: pip install "10xgraph[google]" ({exc})'
+                f'provider "google" needs the google extra: {install_hint("google")} ({exc})'
             ) from exc
         key = require_api_key("google", model, api_key, API_KEY_ENVS)
         self.types = types

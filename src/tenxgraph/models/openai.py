@@ -16,6 +16,7 @@ from typing import Any
 from tenxgraph.core.state.messages import JSON, Message, TextBlock, ToolCallBlock
 from tenxgraph.errors import ProviderUnavailableError
 from tenxgraph.models.base import require_api_key
+from tenxgraph.utils.constants import install_hint
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
@@ -81,7 +82,7 @@ class OpenAIChatModel:
             import openai
         except ImportError as exc:
             raise ProviderUnavailableError(
-                f'provider "openai" needs the openai extra: pip install "10xgraph[openai]" ({exc})'
+                f'provider "openai" needs the openai extra: {install_hint("openai")} ({exc})'
             ) from exc
         key = require_api_key("openai", model, api_key, [API_KEY_ENV])
         self.model = model

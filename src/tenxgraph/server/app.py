@@ -10,13 +10,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from tenxgraph.utils.constants import install_hint
+
 try:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
     from starlette.routing import Route
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
-    raise ImportError(f'the API server needs the server extra: pip install "10xgraph[server]" ({exc})') from exc
+    raise ImportError(f"the API server needs the server extra: {install_hint('server')} ({exc})") from exc
 
 from tenxgraph.core.graph.compiled import CompiledGraph
 from tenxgraph.core.graph.config import KNOWN_KEYS

@@ -23,3 +23,14 @@ START: Final[str] = "__start__"
 END: Final[str] = "__end__"
 
 LOGGER_NAME: Final[str] = "tenxgraph"
+
+
+DISTRIBUTION: Final[str] = "tenxgraph"
+"""This project's distribution name. (The package index's ``10xgraph`` is a different project.)"""
+
+
+def install_hint(extra: str) -> str:
+    """How to install *extra* (``pg-checkpoint``, not ``pg_checkpoint``: the spelling every pip resolves; pip 23.2,
+    which Python 3.11 ships, does not normalise a requested extra). tenxgraph installs from a checkout or a wheel
+    built from one (see the README's Install section), never from the index's ``10xgraph``."""
+    return f'pip install ".[{extra}]" in a tenxgraph checkout (or "tenxgraph[{extra}] @ <its path, URL or wheel>")'

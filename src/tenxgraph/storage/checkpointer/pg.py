@@ -58,10 +58,10 @@ from tenxgraph.storage.checkpointer.base import (
     migration_plan,
     prune_in_batches,
 )
-from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.constants import LOGGER_NAME, install_hint
 
 # The hyphenated spelling works with every pip; pip 23.2 (Python 3.11's) ignores "[pg_checkpoint]" with a warning.
-_EXTRA_HINT = 'PgCheckpointer needs the pg-checkpoint extra: pip install "10xgraph[pg-checkpoint]"'
+_EXTRA_HINT = f"PgCheckpointer needs the pg-checkpoint extra: {install_hint('pg-checkpoint')}"
 try:
     import psycopg
     from psycopg import sql

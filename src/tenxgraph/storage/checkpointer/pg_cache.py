@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from tenxgraph.storage.checkpointer.base import ThreadSnapshot
-from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.constants import LOGGER_NAME, install_hint
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -56,7 +56,7 @@ class RedisStateCache:
             try:
                 import redis.asyncio as aioredis
             except ImportError as exc:
-                hint = 'pip install "10xgraph[pg-checkpoint]"'
+                hint = install_hint("pg-checkpoint")
                 raise ImportError(f"the Redis cache needs redis-py: {hint} ({exc})") from exc
             self._client = aioredis.from_url(
                 self.url or "", socket_connect_timeout=0.5, socket_timeout=0.5, health_check_interval=30

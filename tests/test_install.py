@@ -1,0 +1,57 @@
+"""Users install this project, never the package index's ``10xgraph`` (a different project): the README's Install
+commands work on a fresh virtual environment of this Python, and no doc line or error message sends anyone to the
+index's ``10xgraph``."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: ``pip install 10xgraph``, ``"10xgraph[ci]"``: a requirement naming the index's project (a path ending in
+#: ``/10xgraph[ci]``, a checkout folder, is ours).
+FOREIGN = re.compile(r"""pip install[^\n`]*?(?<![/\w.-])10xgraph\b""")
+
+
+def _docs() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "examples").rglob("*.md"))]
+
+
+def test_no_install_line_names_the_index_s_10xgraph() -> None:
+    found = []
+    for path in [*_docs(), *sorted((ROOT / "src").rglob("*.py"))]:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if FOREIGN.search(line) and "never" not in line.lower():
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert found == [], "install lines that fetch another project:\n" + "\n".join(found)
+    assert FOREIGN.search('pip install "10xgraph[ci]"') and not FOREIGN.search('pip install "/path/to/10xgraph[ci]"')
+
+
+def test_the_readme_install_commands_install_us(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Install", 1)[1].split("\n## ", 1)[0]
+    assert "the index's `10xgraph` is a different project" in section
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands and all(c.startswith("pip ") for c in commands), commands
+    checkout = tmp_path / "checkout"  # the tracked files, as a fresh clone has them
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for name in tracked.splitlines():
+        if (ROOT / name).is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, checkout / name)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    for command in commands:
+        args = [str(python), "-m", "pip", *command.split()[1:]]
+        done = subprocess.run([a.strip('"') for a in args], cwd=checkout, capture_output=True, text=True)
+        assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    probe = "import importlib.metadata as m, pytest_replaysafe, tenxgraph; print(m.version('tenxgraph'))"
+    version = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert version == __import__("tenxgraph").__version__
+    shown = subprocess.run([str(python), "-m", "pytest", "--help"], cwd=tmp_path, capture_output=True, text=True)
+    assert "--crash-matrix" in shown.stdout  # the plugin is registered (the ci extra brought pytest)
