@@ -3,6 +3,7 @@ they take, and a mistake in one test is that test's own error."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -62,3 +63,73 @@ def test_a_mistyped_marker_fails_under_strict_markers(pytester: pytest.Pytester)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers")
     result.stdout.fnmatch_lines(["*'crashmatrix' not found in `markers` configuration option*"])
     assert result.ret != 0
+
+
+OWN_EFFECT = """
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+from tenxgraph.core.crashpoints import crash_point
+
+CHARGES = []
+
+def make_agent(checkpointer, fire):
+    def charge(amount: float) -> str:
+        \"\"\"Charge a card.\"\"\"
+        CHARGES.append(amount)  # the effect, done
+        if fire:
+            crash_point("tool.in_flight")  # ... and the process may die before the tool returns
+        return "charged"
+
+    model = ScriptedModel([Reply(tool_calls=[("charge", {"amount": 5.0})]), "Charged."])
+    return ReactAgent(model, tools=[charge]).compile(checkpointer=checkpointer)
+
+@pytest.mark.crash_matrix(points=["tool.in_flight"], backends=["sqlite"], modes=["inprocess"])
+@pytest.mark.parametrize("fire", [False, True])
+def test_charge(crash_run, fire):
+    result = crash_run.invoke(make_agent(crash_run.checkpointer, fire), {"messages": [Message.text_message("go")]})
+    assert result.final_text == "Charged."
+"""
+
+
+def test_the_in_flight_window_of_a_users_own_tool(pytester: pytest.Pytester) -> None:
+    """Without the effects fixture, tool.in_flight is vacuous and says what makes it reachable; a tool that fires
+    it after its own effect gets the in-flight gap cells."""
+    pytester.makepyfile(test_own=OWN_EFFECT)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--crash-matrix", "--crash-report=r.json")
+    result.assert_outcomes(failed=1, xfailed=1)
+    cells = json.loads((pytester.path / "r.json").read_text())["cells"]
+    vacuous = [c for c in cells if c["outcome"] == "vacuous"]
+    assert len(vacuous) == 1 and "[tool.in_flight-sqlite-inprocess-False]" in vacuous[0]["test"]
+    assert "effects.apply(" in vacuous[0]["detail"] and "crash_point('tool.in_flight')" in vacuous[0]["detail"]
+    assert [c["gap"] for c in cells if "True" in c["test"]] == ["in_flight"]
+
+
+def test_a_tool_argument_json_cannot_hold_names_the_tool_and_the_argument() -> None:
+    import datetime
+
+    from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+    from tenxgraph.errors import SerializationError
+
+    def refund(order_id: str, when: str) -> str:
+        """Refund."""
+        return "ok"
+
+    when = datetime.datetime(2026, 1, 2)
+    model = ScriptedModel([Reply(tool_calls=[("refund", {"order_id": "1", "when": when})]), "ok"])
+    with pytest.raises(SerializationError) as caught:
+        ReactAgent(model, tools=[refund]).compile().invoke(
+            {"messages": [Message.text_message("x")]}, {"thread_id": "t"}
+        )
+    assert "tool call 'refund' (id 'call_1') has argument 'when'" in str(caught.value)
+    assert "a datetime" in str(caught.value) and "ISO string" in str(caught.value)
+
+
+def test_a_refused_connection_says_so_on_one_line() -> None:
+    from tenxgraph.errors import StorageConnectionError
+    from tenxgraph.storage.checkpointer import PgCheckpointer
+
+    cp = PgCheckpointer(postgres_dsn="postgresql://postgres@127.0.0.1:1/none", connect_timeout=1, retries=0)
+    with pytest.raises(StorageConnectionError) as caught:
+        cp.get_thread("t")
+    text = str(caught.value)
+    assert "Connection refused" in text and "\t" not in text and "\n" not in text and "in 1 attempt " in text

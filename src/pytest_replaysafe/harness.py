@@ -30,7 +30,7 @@ from pytest_replaysafe.exposure import windows
 from pytest_replaysafe.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
 from pytest_replaysafe.gaps import GapRule, gap_reasons, point_gap
 from pytest_replaysafe.hitrun import play
-from pytest_replaysafe.matrix import Backend, Cell
+from pytest_replaysafe.matrix import Backend, Cell, reach_hint
 from pytest_replaysafe.modes import Hit, Inputs
 from pytest_replaysafe.orders import Groups, Orders
 from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
@@ -332,7 +332,7 @@ class CrashRun:
             drive.reached = min(drive.reached, 2)
         self.drives.append(drive)
         if drive.reached == 0:
-            detail = f"{self.cell.point} was never reached by a clean run of this test"
+            detail = f"{self.cell.point} was never reached by a clean run of this test{reach_hint(self.cell.point)}"
             self._record(0, Outcome.VACUOUS, None, {}, 0.0, detail)
             raise ReplaySafetyViolation(f"VACUOUS: {detail}\n    repro: {self.results[-1].repro}")
         return drive

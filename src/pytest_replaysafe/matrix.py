@@ -54,6 +54,20 @@ FAULT_CELL_MODES = ("drop", "outage", "redis-down", "readonly")
 PROXIED_MODES = frozenset({"outage", "redis-down"})
 #: Points that only exist when a fixture that fires them is in use.
 FIXTURE_POINTS = {"tool.in_flight": "effects"}
+#: What makes such a point reachable, for the vacuous message.
+REACH = {
+    "tool.in_flight": (
+        "it fires inside the effects fixture's apply(), the moment a side effect is done and its tool has not "
+        "returned: apply your tool's effect through effects.apply(kind, payload, idempotency_key) (your provider "
+        "stand-in), or call tenxgraph.core.crashpoints.crash_point('tool.in_flight') in your tool right after its "
+        "effect (docs/crash-matrix.md#fixtures)"
+    )
+}
+
+
+def reach_hint(point: str) -> str:
+    """Why a point a clean run never reached can be reached, if the table knows (with a leading separator)."""
+    return f": {REACH[point]}" if point in REACH else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,6 +193,47 @@ class Message:
         return cls.from_dict(json.loads(text))
 
 
+def _first_unstorable(value: object, trail: tuple[tuple[object, object], ...] = ()) -> tuple[tuple, object] | None:  # type: ignore[type-arg]
+    """The first value JSON cannot hold inside *value*, with the (container, key) pairs that lead to it."""
+    if value is None or isinstance(value, str | bool | int):
+        return None
+    if isinstance(value, float):
+        return None if value == value and value not in (float("inf"), float("-inf")) else (trail, value)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _first_unstorable(item, (*trail, (value, key))) if isinstance(key, str) else ((*trail,), key)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _first_unstorable(item, (*trail, (value, index)))
+            if found is not None:
+                return found
+        return None
+    return trail, value
+
+
+def _where_unstorable(value: object) -> str | None:
+    """Where the value JSON cannot hold is, said as a person would fix it: a tool call's argument by tool and
+    argument name, else its path."""
+    found = _first_unstorable(value)
+    if found is None:
+        return None
+    trail, bad = found
+    kind = type(bad).__name__
+    for n, (container, key) in enumerate(trail):
+        if key == "args" and isinstance(container, dict) and container.get("type") == "tool_call":
+            arg = trail[n + 1][1] if n + 1 < len(trail) else None
+            return (
+                f"tool call {container.get('name')!r} (id {container.get('id')!r}) has argument {arg!r} = {bad!r}, a "
+                f"{kind}: tool-call arguments must be JSON values (a string, number, bool, null, list or object; "
+                "for a date, its ISO string)"
+            )
+    path = "".join(f"[{k!r}]" if isinstance(k, str) else f"[{k}]" for _, k in trail)
+    return f"value{path} = {bad!r} is a {kind}, which JSON cannot hold (convert it to a string or number)"
+
+
 # A NUL escape that is not itself an escaped backslash followed by "u0000".
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -205,7 +246,7 @@ def dumps(value: JSON, what: str = "value") -> str:
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise SerializationError(f"{what} is not JSON-serialisable: {exc}") from exc
+        raise SerializationError(f"{what} is not JSON-serialisable: {_where_unstorable(value) or exc}") from exc
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise SerializationError(f"{what} cannot be stored: a string contains a NUL character (\\x00)")
     try:

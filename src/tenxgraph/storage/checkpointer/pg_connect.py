@@ -75,6 +75,14 @@ def where(dsn: str) -> str:
     return f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', info.get('user', ''))}"
 
 
+def server_reason(exc: BaseException) -> str:
+    """libpq's message on one line: every line of it (the reason, "Connection refused", and its hint), without the
+    tabs and the repeated "connection failed:" prefix."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = "; ".join(lines).removeprefix("connection failed: ")
+    return text or type(exc).__name__
+
+
 async def probe(dsn: str, connect_timeout: float, retries: int) -> None:
     """Connect once (retrying only transient failures) and close; raise :class:`StorageConnectionError` with the
     server's reason otherwise."""
@@ -83,7 +91,7 @@ async def probe(dsn: str, connect_timeout: float, retries: int) -> None:
         try:
             conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, math.ceil(connect_timeout)))
         except psycopg.OperationalError as exc:
-            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            reason = server_reason(exc)
             if not is_transient(exc):
                 raise StorageConnectionError(
                     f"PostgreSQL at {where(dsn)} refused the connection: {reason} (not retried: check the DSN's "
@@ -91,7 +99,7 @@ async def probe(dsn: str, connect_timeout: float, retries: int) -> None:
                 ) from exc
             if attempt == retries:
                 raise StorageConnectionError(
-                    f"could not connect to PostgreSQL at {where(dsn)} in {retries + 1} attempts "
+                    f"could not connect to PostgreSQL at {where(dsn)} in {retries + 1} attempt{'s' if retries else ''} "
                     f"(connect_timeout={connect_timeout:g}s, retries={retries}): {reason}"
                 ) from exc
             await asyncio.sleep(delay)
