@@ -78,6 +78,11 @@ def pg_schema(dsn: str, prefix: str) -> Iterator[str]:
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        redis_url = os.environ.get("REPLAYSAFE_REDIS_URL")
+        if redis_url:  # and the Redis cache keys of that schema (PgCheckpointer.cache_prefix), nothing else
+            from pytest_replaysafe.services import delete_redis_keys
+
+            delete_redis_keys(redis_url, f"tenxgraph:{schema}:")
 
 
 class RoundTrips:

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,3 +31,40 @@ def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bas
         yield request.getfixturevalue("pg_checkpointer")
     else:
         yield request.getfixturevalue("pg_redis_checkpointer")
+
+
+_REDIS_KEYS_AT_START = pytest.StashKey[set[bytes]]()
+
+
+def _tenxgraph_redis_keys() -> set[bytes] | None:
+    """Every ``tenxgraph:*`` key in the Redis the tests use (None: no Redis configured or reachable)."""
+    url = os.environ.get("REPLAYSAFE_REDIS_URL")
+    if not url:
+        return None
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=1)
+    try:
+        return set(client.scan_iter(match="tenxgraph:*", count=1000))
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # (the xdist controller, or a run without xdist)
+        keys = _tenxgraph_redis_keys()
+        if keys is not None:
+            session.config.stash[_REDIS_KEYS_AT_START] = keys
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: Any) -> None:
+    """The suite deletes every Redis key it writes: a user's ``make test`` leaves nothing in their Redis."""
+    before = session.config.stash.get(_REDIS_KEYS_AT_START, None)
+    after = _tenxgraph_redis_keys() if before is not None else None
+    left = sorted(after - before) if before is not None and after is not None else []
+    if left:
+        shown = ", ".join(k.decode() for k in left[:5])
+        print(f"\nthe test session left {len(left)} Redis key(s) behind: {shown} (delete what a test writes)")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -22,6 +22,7 @@ from psycopg import sql
 
 from examples.payments import LocalProvider
 from examples.support_refund.agent import build_support_agent
+from pytest_replaysafe import services
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected
@@ -105,14 +106,17 @@ def test_accepts_an_existing_pool_and_redis_client(pg_dsn: str, redis_url: str, 
         await pool.open()
         client = aioredis.from_url(redis_url)
         cp = PgCheckpointer(pool=pool, redis=client, schema=pg_schema)
-        await cp.aput_thread("t", {"x": 1}, expected_version=0)
-        await cp.aflush_cache_writes()
-        cached = await cp.aget_cached_thread("t")
-        assert cached is not None and cached.values == {"x": 1}
-        await cp.aclose()
-        assert not pool.closed  # a pool the caller passed in stays the caller's
-        await pool.close()
-        await client.aclose()
+        try:
+            await cp.aput_thread("t", {"x": 1}, expected_version=0)
+            await cp.aflush_cache_writes()
+            cached = await cp.aget_cached_thread("t")
+            assert cached is not None and cached.values == {"x": 1}
+            await cp.aclose()
+            assert not pool.closed  # a pool the caller passed in stays the caller's
+        finally:
+            await pool.close()
+            await client.aclose()
+            services.delete_redis_keys(redis_url, cp.cache_prefix)  # the key this test wrote
 
     asyncio.run(main())
 
@@ -204,9 +208,12 @@ def test_resume_with_redis_unreachable(
 ) -> None:
     runs: Counter[str] = Counter()
     first = PgCheckpointer(postgres_dsn=pg_dsn, redis_url=redis_url, schema=pg_schema)
-    with crashpoints.armed("tool.after_record", hit=1), pytest.raises(CrashInjected):
-        counting_agent(first, runs).invoke(MSG, {"thread_id": "t"})
-    first.close()
+    try:
+        with crashpoints.armed("tool.after_record", hit=1), pytest.raises(CrashInjected):
+            counting_agent(first, runs).invoke(MSG, {"thread_id": "t"})
+    finally:
+        first.close()
+        services.delete_redis_keys(redis_url, first.cache_prefix)  # (the keys it wrote: this test's own)
     # Redis is gone (nothing listens on port 1): the run resumes from PostgreSQL and only warns
     down = PgCheckpointer(postgres_dsn=pg_dsn, redis_url="redis://127.0.0.1:1/0", schema=pg_schema)
     with caplog.at_level(logging.WARNING, logger="tenxgraph"):
