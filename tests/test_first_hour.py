@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +134,25 @@ def test_a_refused_connection_says_so_on_one_line() -> None:
         cp.get_thread("t")
     text = str(caught.value)
     assert "Connection refused" in text and "\t" not in text and "\n" not in text and "in 1 attempt " in text
+
+
+def test_closing_lines_count_alike_and_in_good_english() -> None:
+    from pytest_replaysafe.report import closing_lines
+
+    def cell(outcome: str) -> dict[str, str]:
+        return {"outcome": outcome, "backend": "sqlite"}
+
+    one = closing_lines([cell("protected")])
+    assert one[0].startswith("proved: 1 cell held on sqlite: ") and "1 cells" not in " ".join(one)
+    assert closing_lines([cell("known_gap")], xfailed=1)[:2] == [
+        "proved: nothing: no cell held (every cell was a known gap or not applicable)",
+        "known gaps: 1 cell (1 xfailed test) re-ran a call where documented: docs/replay-safe-tools.md",
+    ]
+    assert closing_lines([cell("failed")])[0].startswith("NOT PROVED: 1 failed cell (")
+    held = [cell("protected"), cell("in_doubt_handled"), cell("exactly_once")]
+    assert closing_lines(held)[0].startswith("proved: 3 cells")  # the HTML headline counts the same three
+    from pytest_replaysafe import html
+
+    assert (
+        "s.protected + s.in_doubt_handled + s.exactly_once" in (Path(html.__file__).parent / "report.html").read_text()
+    )

@@ -283,7 +283,8 @@ def test_crash_list_prints_points_with_locations(pytester: pytest.Pytester) -> N
 
 def test_markers_are_registered(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--markers")
-    result.stdout.fnmatch_lines(["*@pytest.mark.crash_matrix(points=None, backends=None, modes=None, tools=None)*"])
+    marker = "*@pytest.mark.crash_matrix(points=None, backends=None, modes=None, tools=None, depth=1, budget=8)*"
+    result.stdout.fnmatch_lines([marker])
 
 
 def test_seed_is_printed_and_last_reuses_it(pytester: pytest.Pytester) -> None:
@@ -422,7 +423,7 @@ def test_concurrent_mode_passes_with_the_run_lock_and_catches_its_absence(pytest
 def test_help_lists_every_mode_and_the_service_variables(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--help")
     text = " ".join(result.stdout.str().split())
-    assert "inprocess, sigkill, stream, concurrent" in text
+    assert "inprocess, sigkill, stream (the default" in text and "concurrent, recovery, prune" in text
     assert "REPLAYSAFE_PG_DSN" in text and "REPLAYSAFE_REDIS_URL" in text
 
 

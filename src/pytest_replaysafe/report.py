@@ -18,6 +18,11 @@ from pytest_replaysafe.replay import smallest_first
 SCHEMA = "replaysafe.crash-matrix/1"
 
 
+def plural(n: int, word: str) -> str:
+    """``1 cell``, ``2 cells``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def summary(cells: Iterable[dict[str, Any]]) -> dict[str, int]:
     counts = Counter(c["outcome"] for c in cells)
     return {str(o): counts.get(str(o), 0) for o in Outcome}
@@ -137,13 +142,16 @@ def closing_lines(
     held = counts[Outcome.PROTECTED] + counts[Outcome.IN_DOUBT_HANDLED] + counts[Outcome.EXACTLY_ONCE]
     if failing:
         what = ", ".join(f"{n} {o}" for o, n in failing.items())
-        first = f"NOT PROVED: {what} cells (each one is above, with its repro command)"
+        unit = "cell" if sum(failing.values()) == 1 else "cells"
+        first = f"NOT PROVED: {what} {unit} (each one is above, with its repro command)"
+    elif held:  # (protected, in doubt handled, exactly once: what the HTML headline counts too)
+        first = f"proved: {plural(held, 'cell')} held on {backends}: no recorded tool call ran twice"
     else:
-        first = f"proved: {held} cells on {backends}: no recorded tool call ran twice"
+        first = "proved: nothing: no cell held (every cell was a known gap or not applicable)"
     gaps = counts[Outcome.KNOWN_GAP]
-    tests = f" ({xfailed} xfailed tests)" if xfailed else ""
+    tests = f" ({plural(xfailed, 'xfailed test')})" if xfailed else ""
     second = (
-        f"known gaps: {gaps} cells{tests} re-ran a call where documented: docs/replay-safe-tools.md"
+        f"known gaps: {plural(gaps, 'cell')}{tests} re-ran a call where documented: docs/replay-safe-tools.md"
         if gaps
         else "known gaps: none shown"
     )
