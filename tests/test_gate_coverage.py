@@ -99,7 +99,7 @@ def test_distinct_calls_must_get_distinct_idempotency_keys() -> None:
 
 def _matrix(tmp_path: Path, name: str, *args: str, target: str = "examples") -> tuple[int, dict[str, Any], str]:
     report = tmp_path / f"{name}.json"
-    command = [sys.executable, "-m", "pytest", target, "-p", "no:cacheprovider", "-q", "-p", "no:randomly"]
+    command = [sys.executable, "-m", "pytest", *target.split(), "-p", "no:cacheprovider", "-q", "-p", "no:randomly"]
     command += ["--crash-matrix", "--crash-seed=1", f"--crash-report={report}", *args]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert report.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -146,14 +146,15 @@ def test_every_documented_mode_and_point_is_green_on_a_correct_runtime(tmp_path:
 
 
 def test_every_storage_fault_mode_is_green_on_a_correct_runtime(tmp_path: Path) -> None:
-    """The fault modes of the PostgreSQL backends, at every point, on one example: no failing cell."""
+    """The fault modes of the PostgreSQL backends, at every point, on the support agent and the outbox (whose relay
+    and effects read the database beside the run, never through the harness's fault proxy): no failing cell."""
     if not (os.environ.get(services.ENV_PG) and os.environ.get(services.ENV_REDIS)):
         if services.services_required():
             pytest.fail(f"{services.ENV_PG} and {services.ENV_REDIS} are needed for the storage fault modes")
         pytest.skip(f"set {services.ENV_PG} and {services.ENV_REDIS} for the storage fault modes")
     code, data, out = _matrix(
         tmp_path, "faults", "-n", "2", "--crash-backends=postgres+redis", "--crash-modes=drop,outage,redis-down",
-        "--crash-faults=drop,outage,redis-down,cache", target="examples/support_refund",
+        "--crash-faults=drop,outage,redis-down,cache", target="examples/support_refund examples/outbox",
     )  # fmt: skip
     failing = [c for c in data["cells"] if c["outcome"] in ("violation", "resume_failed", "failed", "vacuous", "error")]
     assert code == 0 and not failing, (failing[:3], out[-2000:])

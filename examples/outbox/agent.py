@@ -98,9 +98,10 @@ def build_outbox_agent(
 def relay(database: str, provider: Provider, table: str = "outbox") -> int:
     """Send every queued email once: the provider honours the row's delivery key, so a relay that dies after
     sending and before marking the row sent sends nothing twice when it runs again. *database*: a SQLite file, or
-    a PostgreSQL DSN (then *table* is ``schema.outbox``). Returns how many it sent."""
+    a PostgreSQL DSN, as a URL or as ``key=value`` words (then *table* is ``schema.outbox``). Returns how many it
+    sent."""
     conn: Any
-    if database.startswith(("postgresql://", "postgres://")):
+    if database.startswith(("postgresql://", "postgres://")) or "=" in database:  # (a conninfo: "host=... port=...")
         import psycopg
 
         conn, mark = psycopg.connect(database, autocommit=True), "%s"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,17 @@ def _committed(database: str, sql: str, params: list[Any]) -> list[Any]:
 
         dsn, _, schema = database.rpartition("#")
         query = sql.replace("FROM effects", f"FROM {schema}.replaysafe_effects").replace("?", "%s")
-        with psycopg.connect(dsn, autocommit=True) as pg:
-            found = pg.execute("SELECT to_regclass(%s)", (f"{schema}.replaysafe_effects",)).fetchone()
-            return pg.execute(query + " ORDER BY seq", params).fetchall() if found and found[0] else []
+        # The DSN is the tool's transaction's: in an outage cell, the harness's fault proxy, which may still be
+        # refusing connections right after a run that outlived its fault. Evidence waits for it (about 0.2 s).
+        for attempt in range(100):
+            try:
+                with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as pg:
+                    found = pg.execute("SELECT to_regclass(%s)", (f"{schema}.replaysafe_effects",)).fetchone()
+                    return pg.execute(query + " ORDER BY seq", params).fetchall() if found and found[0] else []
+            except psycopg.OperationalError:
+                if attempt == 99:
+                    raise
+                time.sleep(0.05)
     conn = sqlite3.connect(database, timeout=30)
     try:
         if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'replaysafe_effects'").fetchone():
