@@ -19,6 +19,7 @@ import contextlib
 import os
 import select
 import signal
+import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
@@ -240,7 +241,7 @@ class Recover(SigKill):
                     continue
                 if outcome != "busy":
                     break
-                run_sync(_sleep(0.05))
+                time.sleep(0.05)
         finally:
             crashpoints.reset()
         finished = outcome == "gone" and run.stored_result(hit.app, hit.thread).status == "done"
@@ -256,12 +257,6 @@ class Recover(SigKill):
 
         graph = hit.app.copy(run.checkpointer)  # a fresh Recovery each time: no back-off between the harness's tries
         return await Recovery(graph, max_attempts=10**6).recover(hit.thread)
-
-
-async def _sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)
 
 
 class Prune(SigKill):
