@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from tenxgraph.core.graph.compiled import CompiledGraph
-from tenxgraph.utils.constants import install_hint
+from tenxgraph.utils.constants import DISTRIBUTION, install_hint
 from tenxgraph.utils.events import emit_event, log_json_lines
 
 
@@ -32,10 +32,10 @@ def load_graph(target: str) -> CompiledGraph[Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from tenxgraph import __version__
+    from importlib.metadata import version
 
     parser = argparse.ArgumentParser(prog="tenxgraph")
-    parser.add_argument("--version", action="version", version=f"tenxgraph {__version__}")
+    parser.add_argument("--version", action="version", version=f"tenxgraph {version(DISTRIBUTION)}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a compiled graph over HTTP")
     serve.add_argument("target", help="module:attribute of a CompiledGraph (or of a function returning one)")
