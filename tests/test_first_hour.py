@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,3 +157,56 @@ def test_closing_lines_count_alike_and_in_good_english() -> None:
     assert (
         "s.protected + s.in_doubt_handled + s.exactly_once" in (Path(html.__file__).parent / "report.html").read_text()
     )
+
+
+def _crash_refund_then(tmp_path: Path, resume: Any) -> tuple[Any, list[str]]:
+    from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+    from tenxgraph.core import crashpoints
+    from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+    charged: list[str] = []
+
+    def charge(order_id: str) -> str:
+        """Charge."""
+        charged.append(order_id)
+        return "charged"
+
+    def build(cp: Any) -> Any:
+        model = ScriptedModel([Reply(tool_calls=[("charge", {"order_id": "1042"})]), "Charged."])
+        return ReactAgent(model, tools=[charge]).compile(checkpointer=cp)
+
+    cp = SqliteCheckpointer(tmp_path / "state.db")
+    with crashpoints.armed("tool.after_return"), pytest.raises(crashpoints.CrashInjected):
+        build(cp).invoke({"messages": [Message.text_message("go")]}, {"thread_id": "t"})
+    try:
+        return resume(build(cp)), charged
+    finally:
+        cp.close()
+
+
+def test_a_resume_that_runs_calls_again_warns_naming_them(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="tenxgraph"):
+        result, charged = _crash_refund_then(tmp_path, lambda app: app.invoke(None, {"thread_id": "t"}))
+    assert result.final_text == "Charged." and charged == ["1042", "1042"]  # the after-return gap
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "calls_run_on_resume" in r.getMessage()]
+    assert len(warned) == 1 and "charge (" in warned[0].getMessage() and ":call_1)" in warned[0].getMessage()
+
+
+def test_a_recovered_run_is_counted_and_timed_in_the_metrics(tmp_path: Path) -> None:
+    pytest.importorskip("starlette")
+    from tenxgraph.server.metrics import Metrics
+    from tenxgraph.server.recovery import Recovery
+    from tenxgraph.utils.sync import run_sync
+
+    metrics = Metrics()
+    metrics.start()
+    try:
+        outcome, _ = _crash_refund_then(tmp_path, lambda app: run_sync(Recovery(app).recover("t")))
+    finally:
+        metrics.stop()
+    text = metrics.render()
+    assert outcome == "recovered"
+    assert 'tenxgraph_runs_total{outcome="finished"} 1' in text and "tenxgraph_run_seconds_count 1" in text
+    assert 'tenxgraph_recoveries_total{outcome="recovered"} 1' in text

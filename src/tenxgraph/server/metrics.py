@@ -27,7 +27,7 @@ EVENTS = {
     "recovery_parked": ("tenxgraph_recoveries_total", 'outcome="parked"'),
 }
 HELP = {
-    "tenxgraph_runs_total": "Runs the server answered, by outcome (busy: refused with 409 after waiting).",
+    "tenxgraph_runs_total": "Runs the server ran, for a request or its recovery, by outcome (busy: refused with 409).",
     "tenxgraph_tool_calls_total": "Tool calls, executed (the body ran) or replayed (answered from the ledger).",
     "tenxgraph_tool_timeouts_total": "Tool calls cancelled by tool_timeout.",
     "tenxgraph_tool_in_doubt_total": "Tool calls a resume found in doubt (intent, no result).",
@@ -61,6 +61,10 @@ class Metrics:
     def on_event(self, event: str, fields: dict[str, Any]) -> None:
         if event in EVENTS:
             self.count(*EVENTS[event])
+        if event == "run_recovered":  # a recovered run is a run: counted and timed like a request's
+            self.run("finished", float(fields.get("seconds") or 0.0))
+        elif event == "recovery_failed":
+            self.run("failed", 0.0)
 
     def on_tool(self, event: ToolEvent) -> None:
         if event.kind == "start":

@@ -102,6 +102,7 @@ class Recovery:
         except (ThreadBusyError, StaleStateError):
             return "busy"
         emit_event("recovery_started", logging.INFO, thread_id=thread_id, attempt=attempts + 1)
+        started = time.perf_counter()
         try:
             result = await self.graph.ainvoke(None, {"thread_id": thread_id, "lock_timeout": 0})
         except ThreadBusyError:
@@ -113,7 +114,10 @@ class Recovery:
             )  # fmt: skip
             return "failed"
         self._tried.pop(thread_id, None)
-        emit_event("run_recovered", logging.INFO, thread_id=thread_id, status=result.status, version=result.version)
+        emit_event(
+            "run_recovered", logging.INFO, thread_id=thread_id, status=result.status, version=result.version,
+            seconds=round(time.perf_counter() - started, 6),
+        )  # fmt: skip
         return "recovered"
 
     # -- the background loop of a server --------------------------------------------------------------------

@@ -170,6 +170,7 @@ class CompiledGraph(Generic[S]):
             meta = state.meta
             if meta.status in ("running", "error") and meta.current_node not in (None, END):
                 emit_event("run_resumed", logging.INFO, thread_id=tid, node=meta.current_node, status=meta.status)
+                run.resuming = True
                 async for event in run.loop(last=not (new_messages or new_values)):
                     yield event
             fresh = run.unseen(new_messages, "input")
@@ -208,6 +209,7 @@ class _Run(Generic[S]):
     ) -> None:
         self.graph, self.cfg, self.state, self.version, self.seen = graph, cfg, state, version, seen
         self.steps = 0
+        self.resuming = False  # the next node is the one an interrupted run left unfinished
 
     def unseen(self, messages: list[Message], source: str) -> list[Message]:
         """The messages the thread does not hold yet. One it holds already is skipped (a retried request, a
@@ -277,7 +279,8 @@ class _Run(Generic[S]):
         graph, cfg = self.graph, self.cfg
         fn = graph.nodes[node]
         view = dataclasses.replace(self.state, messages=list(self.state.messages))
-        token = set_current_run(RunContext(cfg, graph.checkpointer, node))
+        token = set_current_run(RunContext(cfg, graph.checkpointer, node, self.resuming))
+        self.resuming = False
         try:
             async with asyncio.timeout(cfg.node_timeout) as limit:
                 return await (fn(view) if graph._async_nodes[node] else to_thread(fn, view))

@@ -14,6 +14,8 @@ class RunContext:
     config: RunConfig
     checkpointer: BaseCheckpointer
     node: str
+    #: This node is the one a crashed or failed run left unfinished, run again by a resume.
+    resumed: bool = False
 
     @property
     def thread_id(self) -> str:

@@ -348,6 +348,14 @@ async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: Ru
             effect = tool.effect if tool is not None else None
             info = ToolCallInfo(ctx.thread_id, message.message_id, call.id, call.name, index, key, policy, effect)
             to_run.append((call, key, info, in_doubt))
+    if ctx.resumed and to_run:  # a resumed node: a crashed run may have started these calls already
+        again = [f"{c.name} ({k or 'no key'})" for c, k, _, in_doubt in to_run if not in_doubt]
+        if again:
+            emit_event(
+                "calls_run_on_resume", logging.WARNING, thread_id=ctx.thread_id, node=ctx.node, calls=again,
+                hint="they have no ledger record: if the interrupted run had started them, they run a second time "
+                "(the in-flight and after-return gaps); give such tools an idempotency key or an in-doubt policy",
+            )  # fmt: skip
     await _write_intents(to_run, tools, ctx)
     order = completion_order()
     batch = [info for _, _, info, _ in to_run]
