@@ -68,3 +68,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: Any) -> None:
         shown = ", ".join(k.decode() for k in left[:5])
         print(f"\nthe test session left {len(left)} Redis key(s) behind: {shown} (delete what a test writes)")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Skipped tests, one line per reason (pytest's ``-rs`` prints a line per test location: 132 lines without
+    services, most of them the same reason)."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        if getattr(report, "wasxfail", None) is not None:
+            continue  # (an xfail is not a skip)
+        longrepr = report.longrepr
+        reason = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if reasons:
+        terminalreporter.section("skipped, by reason")
+        for reason, n in sorted(reasons.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{n:4} {reason}")

@@ -210,3 +210,25 @@ def test_a_recovered_run_is_counted_and_timed_in_the_metrics(tmp_path: Path) -> 
     assert outcome == "recovered"
     assert 'tenxgraph_runs_total{outcome="finished"} 1' in text and "tenxgraph_run_seconds_count 1" in text
     assert 'tenxgraph_recoveries_total{outcome="recovered"} 1' in text
+
+
+def test_skips_are_summarised_one_line_per_reason(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("from tests.conftest import pytest_terminal_summary  # noqa: F401\n")
+    pytester.makepyfile(
+        test_skips="""
+import pytest
+
+@pytest.mark.parametrize("n", range(3))
+def test_needs_pg(n):
+    pytest.skip("PostgreSQL is not available")
+
+def test_needs_redis():
+    pytest.skip("Redis is not available")
+"""
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rfEX")
+    result.assert_outcomes(skipped=4)
+    result.stdout.fnmatch_lines(
+        ["*skipped, by reason*", "   3 PostgreSQL is not available", "   1 Redis is not available"]
+    )
+    assert "SKIPPED [" not in result.stdout.str()
