@@ -85,9 +85,13 @@ def test_a_pool_that_keeps_dead_connections_is_caught_only_by_the_drop_fault(tmp
     dropped its connections, runs and resumes failed on the dead ones left in the pool."""
     os.environ.setdefault(services.ENV_PG, pg_dsn)
     assert failing(matrix(tmp_path / "plain", "dead_connections_reused", "postgres")) == 0
-    caught = matrix(tmp_path / "drop", "dead_connections_reused", "postgres", "--crash-faults=drop")
+    # (the drop cells only: after one, the mutant's pool keeps dead connections for every later cell of the worker,
+    # the budgeted contests and recovery included, so in a default run those fail too, in an order xdist decides)
+    caught = matrix(
+        tmp_path / "drop", "dead_connections_reused", "postgres", "--crash-faults=drop", "--crash-modes=drop"
+    )
     assert caught["summary"]["resume_failed"] > 0  # the resumes fail on the dead connections
-    assert all(c["mode"] == "drop" for c in caught["cells"] if c["outcome"] in ("violation", "resume_failed", "error"))
+    assert {c["mode"] for c in caught["cells"]} == {"drop"}
 
 
 def test_a_trusted_cache_is_caught_only_when_the_cache_faults_run(tmp_path: Path, pg_dsn: str, redis_url: str) -> None:
