@@ -38,13 +38,7 @@ from pytest_replaysafe.provenance import given_keys, shared_keys
 from pytest_replaysafe.resumes import MODES, window_arrival
 from pytest_replaysafe.schedules import DEPTH_MODES, Depth, Plan, Planner, Then
 from pytest_replaysafe.spy import RecordingCheckpointer
-from pytest_replaysafe.verdict import (
-    Reference,
-    call_labels,
-    judge,
-    reference,
-    result_problems,
-)
+from pytest_replaysafe.verdict import Reference, call_labels, judge, reference, result_problems
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
 from tenxgraph.core.graph.tool_call import ToolCallInfo, add_tool_observer, set_completion_order

@@ -105,9 +105,12 @@ def given_keys(entries: Iterable[Entry]) -> dict[str, set[str]]:
     return keys
 
 
-def shared_keys(keys: Mapping[str, set[str]], labels: Mapping[str, str]) -> list[str]:
+def shared_keys(
+    keys: Mapping[str, set[str]], labels: Mapping[str, str], sent: str = "were given the same idempotency key"
+) -> list[str]:
     """Distinct calls must get distinct idempotency keys: a provider drops every call after the first that shares
-    one (a key derived without the message id repeats ``call_1`` of every turn)."""
+    one (a key derived without the message id repeats ``call_1`` of every turn). *keys*: call -> the keys it was
+    given (or, with *sent* saying so, sent to the provider)."""
     owners: dict[str, set[str]] = defaultdict(set)
     for call, ikeys in keys.items():
         for ikey in ikeys:
@@ -117,7 +120,7 @@ def shared_keys(keys: Mapping[str, set[str]], labels: Mapping[str, str]) -> list
         if len(calls) > 1:
             names = " and ".join(labels.get(c, c) for c in sorted(calls))
             problems.append(
-                f"{names} were given the same idempotency key {ikey!r}: a provider would drop all but the first as "
+                f"{names} {sent} {ikey!r}: a provider would drop all but the first as "
                 "a duplicate (the key must differ for every call: thread, message id and tool_call_id)"
             )
     return problems

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_replaysafe.evidence import Entry, call_id_of
 from pytest_replaysafe.gaps import RECORD_FAILED, GapRule, find_gap
 from pytest_replaysafe.outcome import Outcome
-from pytest_replaysafe.provenance import provenance
+from pytest_replaysafe.provenance import provenance, shared_keys
 
 if TYPE_CHECKING:
     from tenxgraph.core.state.messages import Message
@@ -156,15 +156,7 @@ def _effect_problems(evidence: HitEvidence, ref: Reference, labels: Mapping[str,
     for eid, found in sorted(ikeys.items()):
         if len(found) > 1:
             problems.append(f"{labels.get(eid, eid)} sent {len(found)} different idempotency keys to the provider")
-    sent: dict[str, set[str]] = defaultdict(set)
-    for eid, found in ikeys.items():
-        for ikey in found:
-            sent[ikey].add(eid)
-    for ikey, eids in sorted(sent.items()):
-        if len(eids) > 1:
-            names = " and ".join(labels.get(e, e) for e in sorted(eids))
-            problems.append(f"{names} sent the same idempotency key {ikey!r} to the provider")
-    return problems
+    return problems + shared_keys(ikeys, labels, sent="sent the provider the same idempotency key")
 
 
 def judge(
