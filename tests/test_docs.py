@@ -8,6 +8,7 @@ block using DATABASE_URL gets the test PostgreSQL (and REDIS_URL).
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -66,3 +67,29 @@ def test_test_block_passes(code: str, conftest: str, pytester: pytest.Pytester) 
         outcomes = result.parseoutcomes()
         assert result.ret == 0, result.stdout.str()
         assert outcomes.get("passed", 0) >= 1 and not outcomes.get("failed")
+
+
+def test_a_stale_depth2_figure_in_the_docs_fails_the_check(tmp_path: Path) -> None:
+    """The figure docs/crash-matrix.md prints for its depth-2 command is checked by CI against that command's
+    report (`tests/doc_figures.py`): the docs' own numbers pass, a changed count fails naming both."""
+    from tests.doc_figures import DEPTH2, DOC, check_depth2
+
+    shown = DEPTH2.search(" ".join(DOC.read_text().split()))
+    assert shown is not None
+    figures = {k: int(v) for k, v in shown.groupdict().items()}
+    report = tmp_path / "d2.json"
+
+    def with_schedules(**changed: int) -> list[str]:
+        got = {"items": figures["items"], "candidates": figures["candidates"], "enumerated": figures["enumerated"]}
+        got |= {"sampled": figures["sampled"], "shrunk": 0, "budget": 8, **changed}
+        report.write_text(json.dumps({"schedules": got}))
+        return check_depth2(report)
+
+    assert with_schedules() == []
+    assert with_schedules(candidates=figures["candidates"] + 6) == []  # the threads' race: within 1%
+    stale = with_schedules(enumerated=figures["enumerated"] + 1)
+    assert stale == [
+        f"ran: the docs say {figures['ran']}, the command gives {figures['ran'] + 1}",
+        f"enumerated: the docs say {figures['enumerated']}, the command gives {figures['enumerated'] + 1}",
+    ]
+    assert with_schedules(candidates=figures["candidates"] * 2)[0].startswith("candidates: the docs say")

@@ -232,3 +232,147 @@ def test_needs_redis():
         ["*skipped, by reason*", "   3 PostgreSQL is not available", "   1 Redis is not available"]
     )
     assert "SKIPPED [" not in result.stdout.str()
+
+
+USERS_OWN_ASSERTION = """
+import sqlite3
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, ToolContext
+
+def make_agent(checkpointer, db, checks_state):
+    def charge(amount: float, call: ToolContext) -> str:
+        \"\"\"Charge the customer's card.\"\"\"
+        thread = call.thread_id  # one customer per thread: the clean run and each hit have their own
+        with sqlite3.connect(db) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS charges (thread TEXT, amount REAL)")
+            done = conn.execute("SELECT count(*) FROM charges WHERE thread = ?", (thread,)).fetchone()[0]
+            if done and checks_state:
+                raise ValueError("card already charged")  # a tool that checks state refuses its second run
+            conn.execute("INSERT INTO charges VALUES (?, ?)", (thread, amount))
+        return "charged"
+
+    model = ScriptedModel([Reply(tool_calls=[("charge", {"amount": 5.0})]), "Charged."])
+    return ReactAgent(model, tools=[charge]).compile(checkpointer=checkpointer)
+
+def charges(db, thread):
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT count(*) FROM charges WHERE thread = ?", (thread,)).fetchone()[0]
+
+MATRIX = pytest.mark.crash_matrix(
+    points=["run.before_node", "tool.after_return"], backends=["sqlite"], modes=["inprocess", "sigkill"]
+)
+
+@MATRIX
+def test_charged_once(crash_run, replaysafe_workdir):
+    db = str(replaysafe_workdir / "shop.db")
+    crash_run.invoke(make_agent(crash_run.checkpointer, db, False), {"messages": [Message.text_message("go")]})
+    n = charges(db, crash_run.thread_id)
+    assert n == EXPECTED, f"customer charged {n} times"
+
+@MATRIX
+def test_told_it_was_charged(crash_run, replaysafe_workdir):
+    db = str(replaysafe_workdir / "shop.db")
+    result = crash_run.invoke(make_agent(crash_run.checkpointer, db, True), {"messages": [Message.text_message("go")]})
+    assert charges(db, crash_run.thread_id) == 1
+    answer = result.messages[2].tool_results[0]
+    assert not answer.is_error and answer.output == "charged", answer.output
+"""
+
+
+def test_a_users_assertion_failing_at_a_known_gap_names_the_gap_the_call_and_the_remedy(
+    pytester: pytest.Pytester,
+) -> None:
+    """#25 item 2: the test's own assertion fails where a documented gap re-ran a call; the failure says which gap,
+    which call, what closes it, and where the docs are, and the footer counts such cells apart."""
+    pytester.makepyfile(test_users=USERS_OWN_ASSERTION.replace("EXPECTED", "1"))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--crash-matrix", "--crash-report=r.json", "--crash-html=r.html"
+    )
+    out = result.stdout.str()
+    result.assert_outcomes(failed=4, passed=4)  # after_return fails in both modes, before_node holds
+    data = json.loads((pytester.path / "r.json").read_text())
+    at_gap = [c for c in data["cells"] if c["outcome"] == "failed"]
+    assert len(at_gap) == 4 and all(c["gap"] == "after_return" and c["point"] == "tool.after_return" for c in at_gap)
+    assert data["failed_at_known_gap"] == 4 and '"failed_at_known_gap":4' in (pytester.path / "r.html").read_text()
+    for cell in at_gap:
+        detail = cell["detail"]
+        assert (
+            "AssertionError: customer charged 2 times" in detail or "AssertionError: ValueError: card already" in detail
+        )
+        reason = cell["gap_reasons"]["after_return"]
+        assert f"failed at known gap after_return (tool.after_return hit 1: {reason}): " in detail, detail
+        assert "ran again where the gap table expects it (after_return): charge(amount=5.0)" in detail
+        assert (
+            'effect="transactional"' in detail and "idempotency_key" in detail and 'on_in_doubt="reconcile"' in detail
+        )
+        assert "docs/replay-safe-tools.md#what-it-does-not-guarantee" in detail
+    refused = [c["detail"] for c in at_gap if "test_told_it_was_charged" in c["test"]]
+    assert len(refused) == 2 and all(
+        "its runs answered differently: first 'charged', then the error 'ValueError: card already charged'" in d
+        for d in refused
+    )
+    # pytest's own failure report (the exception's notes) says the same, and the terminal's failure line leads with it
+    assert out.count("E       replaysafe: the test failed at known gap after_return") == 4
+    result.stdout.fnmatch_lines(
+        ["FAILED test_charged_once at tool.after_return hit 1, sqlite/*: at known gap after_return"]
+    )
+    footer = " ".join(out.rsplit("NOT PROVED", 1)[1].split("reports: ")[0].split())
+    assert (
+        "failed at a known gap: 4 cells" in footer and "docs/replay-safe-tools.md#what-it-does-not-guarantee" in footer
+    )
+
+
+def test_a_failure_away_from_any_gap_names_no_gap(pytester: pytest.Pytester) -> None:
+    """The other direction: an assertion that fails where no call ran again is a plain failure, counted as one."""
+    pytester.makepyfile(test_users=USERS_OWN_ASSERTION.replace("EXPECTED", "3"))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--crash-matrix", "--crash-report=r.json", "-k", "before_node and charged_once"
+    )
+    result.assert_outcomes(failed=2)
+    data = json.loads((pytester.path / "r.json").read_text())
+    assert data["failed_at_known_gap"] == 0 and all(c["gap"] is None for c in data["cells"])
+    assert "known gap" not in " ".join(c["detail"] for c in data["cells"])
+    assert "failed at a known gap" not in result.stdout.str()
+
+
+EXTERNAL_EMAIL = """
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, tool
+
+def build(checkpointer, effects):
+    @tool(effect="external")
+    def send_email(to: str, idempotency_key: str) -> str:
+        \"\"\"Email a customer.\"\"\"
+        return effects.apply("email", {"to": to}, idempotency_key)["effect_id"]
+
+    model = ScriptedModel([Reply(tool_calls=[("send_email", {"to": "ann@example.com"})]), "Emailed."])
+    return ReactAgent(model, tools=[send_email]).compile(checkpointer=checkpointer)
+
+@pytest.mark.crash_matrix(points=["tool.before_invoke", "tool.in_flight"], backends=["sqlite"], modes=["inprocess"])
+def test_email(crash_run, effects):
+    result = crash_run.invoke(build(crash_run.checkpointer, effects), {"messages": [Message.text_message("x")]})
+    assert result.final_text == "Emailed."
+"""
+
+
+def test_an_external_call_settled_in_doubt_says_whether_anything_was_sent(pytester: pytest.Pytester) -> None:
+    """#25 item 8: a `d` cell where the email was never sent says so (and that the final answer claims it), apart
+    from one where it was sent once; the terminal says it in a footnote."""
+    pytester.makepyfile(test_ext=EXTERNAL_EMAIL)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--crash-matrix", "--crash-report=r.json")
+    result.assert_outcomes(passed=2)
+    cells = {c["point"]: c for c in json.loads((pytester.path / "r.json").read_text())["cells"]}
+    unsent, sent = cells["tool.before_invoke"], cells["tool.in_flight"]
+    assert unsent["outcome"] == sent["outcome"] == "in_doubt_handled"
+    label = "send_email(to='ann@example.com')"
+    assert f"{label} (on_in_doubt='fail'): its body had not started, so nothing was applied" in unsent["detail"]
+    assert "the model was shown an error \"tool 'send_email' is in doubt" in unsent["detail"]
+    assert "the final answer was 'Emailed.' all the same" in unsent["detail"]
+    assert unsent["not_applied"] == [label] and unsent["effects_applied"] == {}
+    assert "its body had run once, and its effect was applied 1 time" in sent["detail"]
+    assert (
+        "all the same" not in sent["detail"] and sent["not_applied"] == [] and sent["effects_applied"] == {"email": 1}
+    )
+    text = " ".join(result.stdout.str().split())
+    assert "d at tool.before_invoke: in 1 cell send_email was not run again and had not taken effect" in text
+    assert "d at tool.in_flight" not in text

@@ -90,11 +90,12 @@ def test_the_test_body_runs_for_every_hit_and_a_failing_hit_is_reported(pytester
         [
             "*assert 2 == 1*",
             "*replaysafe: the test failed at hit(s) 1 of tool.after_return-sqlite-inprocess*--crash-hits=1*",
-            "FAILED test_refund_once at tool.after_return hit 1, sqlite/inprocess: the test failed",
+            "FAILED test_refund_once at tool.after_return hit 1, sqlite/inprocess: at known gap after_return",
             "    the test failed: AssertionError: assert 2 == 1*",
         ]
     )
     data = report(pytester, result)
+    assert data["failed_at_known_gap"] == 1  # (the refund ran again at the after_return gap)
     assert {c["hit"]: c["outcome"] for c in data["cells"]} == {1: "failed", 2: "known_gap", 3: "known_gap"}
     assert data["summary"]["failed"] == 1
     assert "1F 2g" in (pytester.path / "matrix.md").read_text()  # the grid shows it too

@@ -29,6 +29,15 @@ def fingerprint(value: object) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+PREVIEW_CHARS = 120
+
+
+def preview(value: object) -> str:
+    """The start of an output as text, for messages (the fingerprint is what the verdict compares)."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=repr)
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
 def call_id_of(message_id: str, index: int) -> str:
     """The harness's own identity of a tool call: its assistant message and its position there. Independent of
     the runtime's ledger key, so a broken key (say, ``tool_call_id`` alone) cannot blind the verdict."""
@@ -51,6 +60,12 @@ class Entry:
     call: str | None = None  # the harness's call identity (runtime events; see call_id_of)
     effect: str | None = None  # the tool's effect class (read, idempotent, external), if it says one
     t: float | None = None  # when it was written: CLOCK_MONOTONIC, one clock for every process of the machine
+    out: str | None = None  # the start of the output as text (end): what a person compares two runs by
+
+    def answer(self) -> str:
+        """The output's start, as a person reads it (an error result says so)."""
+        text = repr(self.out) if self.out is not None else "an output"
+        return f"the error {text}" if self.error else text
 
     @property
     def hid(self) -> str:
@@ -94,6 +109,7 @@ class ExecutionLog:
                 call=call_id_of(info.message_id, info.index),
                 t=round(event.at, 6),
                 effect=info.effect,
+                out=preview(event.output) if event.kind == "end" else None,
             )
         )
 

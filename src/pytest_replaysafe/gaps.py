@@ -21,6 +21,8 @@ class GapRule:
     condition: str | None = None
     modes: frozenset[str] | None = None  # None: every mode
     backends: frozenset[str] | None = None  # None: every backend
+    #: What closes the gap for the user's tool (named in a failure of the test's own assertions at it).
+    remedy: str = ""
 
     def matches(self, point: str, condition: str | None, mode: str, backend: str) -> bool:
         if self.modes is not None and mode not in self.modes:
@@ -35,44 +37,78 @@ class GapRule:
 #: The condition of a call whose ledger write the store refused (logged by the harness's checkpointer wrapper).
 RECORD_FAILED = "record_failed"
 
+#: Where the gaps and their remedies are documented (named in every failure at a gap).
+GAPS_DOC = "docs/replay-safe-tools.md#what-it-does-not-guarantee"
+
+#: A crash cut the call short after its effect: the four ways to close that, weakest first.
+_CRASH_REMEDY = (
+    "have the provider deduplicate it (declare an `idempotency_key: str` parameter, pass it on, and mark the tool "
+    '`@tool(effect="idempotent")`), or detect the call in doubt on resume (`@tool(effect="external", '
+    'on_in_doubt="reconcile", reconcile=...)` returns the first outcome; `on_in_doubt="fail"` refuses to guess), '
+    'or make the effect a write in the checkpointer\'s database (`@tool(effect="transactional")`: exactly once)'
+)
+_POLICY_REMEDY = (
+    'give the tool an in-doubt policy (`@tool(on_in_doubt="reconcile", reconcile=...)` or `on_in_doubt="fail"`): '
+    "its intent record is found on resume and the call is not run blind; or an idempotency key the provider honours"
+)
+
 KNOWN_GAPS: tuple[GapRule, ...] = (
     GapRule(
         "in_flight",
         "the process died while the tool ran: its effect may be done, nothing was recorded",
         point="tool.in_flight",
+        remedy=_CRASH_REMEDY,
     ),
     GapRule(
         "in_flight",
         "the process died while this call (for example a sibling of the crashed one) was still running",
         condition="in_flight",
+        remedy=_CRASH_REMEDY,
     ),
     GapRule(
         "after_return",
         "the tool returned but the process died before its ledger record was written",
         point="tool.after_return",
+        remedy=_CRASH_REMEDY,
     ),
     GapRule(
         "after_return",
         "this call (for example a sibling of the crashed one) had returned but was not recorded yet",
         condition="after_return",
+        remedy=_CRASH_REMEDY,
     ),
     GapRule(
         "failed_record_write",
         "the record write failed: the call completed, was not recorded, and runs again",
         point="ledger.write_error",
+        remedy=_POLICY_REMEDY,
     ),
     GapRule(
         "failed_ledger_read",
         "the ledger could not be read, so recorded calls run again (not running is worse)",
         point="ledger.read_error",
+        remedy='give the tool an in-doubt policy (`on_in_doubt="fail"` or `"reconcile"`): the run then stops '
+        "(LedgerReadError, resumable) instead of running its calls unprotected",
     ),
     GapRule(
         "failed_record_write",
         "the store refused this call's record write: it completed, was not recorded, and runs again",
         condition=RECORD_FAILED,
+        remedy=_POLICY_REMEDY,
     ),
-    GapRule("timeout", "a timed-out call is cancelled and not recorded; it runs again on replay", condition="timeout"),
-    GapRule("missing_ids", "a call without message id or tool_call_id has no ledger key", condition="missing_id"),
+    GapRule(
+        "timeout",
+        "a timed-out call is cancelled and not recorded; it runs again on replay",
+        condition="timeout",
+        remedy="raise the run's `tool_timeout` above the tool's latency, or give the tool an in-doubt policy (its "
+        "intent is written before the call)",
+    ),
+    GapRule(
+        "missing_ids",
+        "a call without message id or tool_call_id has no ledger key",
+        condition="missing_id",
+        remedy="give every assistant message an id and every tool call a `tool_call_id` (your model adapter)",
+    ),
 )
 
 
@@ -88,18 +124,23 @@ def point_gap(rules: Iterable[GapRule], point: str, mode: str, backend: str) -> 
     return find_gap(rules, point, None, mode, backend)
 
 
-def gap_reasons(rules: Iterable[GapRule], point: str, names: str, mode: str, backend: str) -> dict[str, str]:
-    """Why each gap a cell showed (``names``: comma-separated, as in the cell record) was expected: the point's
-    own rule when it has that name, else the condition rule (a call left unfinished, a timeout, a missing id)."""
+def shown_rules(rules: Iterable[GapRule], point: str, names: str, mode: str, backend: str) -> dict[str, GapRule]:
+    """The rule behind each gap a cell showed (``names``: comma-separated, as in the cell record): the point's own
+    rule when it has that name, else the condition rule (a call left unfinished, a timeout, a missing id)."""
     rules = list(rules)
     own = point_gap(rules, point, mode, backend)
-    reasons = {}
+    shown = {}
     for name in filter(None, names.split(",")):
         if own is not None and own.name == name:
-            reasons[name] = own.reason
+            shown[name] = own
             continue
         for rule in rules:
             if rule.name == name and rule.condition is not None and rule.matches(point, rule.condition, mode, backend):
-                reasons[name] = rule.reason
+                shown[name] = rule
                 break
-    return reasons
+    return shown
+
+
+def gap_reasons(rules: Iterable[GapRule], point: str, names: str, mode: str, backend: str) -> dict[str, str]:
+    """Why each gap a cell showed was expected (the rules' reasons; see :func:`shown_rules`)."""
+    return {name: rule.reason for name, rule in shown_rules(rules, point, names, mode, backend).items()}

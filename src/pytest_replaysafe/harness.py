@@ -28,7 +28,7 @@ from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.evidence import Entry, ExecutionLog
 from pytest_replaysafe.exposure import windows
 from pytest_replaysafe.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
-from pytest_replaysafe.gaps import GapRule, gap_reasons, point_gap
+from pytest_replaysafe.gaps import GAPS_DOC, GapRule, gap_reasons, point_gap, shown_rules
 from pytest_replaysafe.hitrun import play
 from pytest_replaysafe.matrix import Backend, Cell, reach_hint
 from pytest_replaysafe.modes import Hit, Inputs
@@ -198,8 +198,20 @@ class CrashRun:
         if not mine:
             self._record(self.hit, Outcome.FAILED, None, {}, 0.0, detail)
         for r in mine:
-            if r.outcome not in FAILING:
+            if r.outcome == Outcome.KNOWN_GAP:  # the assertion saw the documented re-run: say which, and the fix
+                at = self._at_gap(r)
+                r.outcome, r.detail = Outcome.FAILED, f"{detail}; {at}"
+                exc.add_note(f"replaysafe: the test {at}")
+            elif r.outcome not in FAILING:
                 r.outcome, r.gap, r.detail = Outcome.FAILED, None, detail
+
+    def _at_gap(self, r: CellResult) -> str:
+        """A failure at a known gap: which gap, which call ran again (the gap cell's detail), the remedy, the docs."""
+        shown = shown_rules(self.rules, r.point, r.gap or "", r.mode, r.backend)
+        remedies = "; ".join(dict.fromkeys(rule.remedy for rule in shown.values() if rule.remedy))
+        fix = f" To close it, {remedies}." if remedies else ""
+        why = "; ".join(rule.reason for rule in shown.values())
+        return f"failed at known gap {r.gap} ({r.point} hit {r.hit}: {why}): {r.detail}.{fix} See {GAPS_DOC}"
 
     def check_routed(self) -> None:
         if not self.driven:
@@ -372,6 +384,7 @@ class CrashRun:
         r.coverage = coverage.of_cell(evidence, mode.name, ctx)
         if evidence.effects is not None:
             r.effects_applied = dict(Counter(e["kind"] for e in evidence.effects))
+        r.not_applied = evidence.not_applied
         if outcome in FAILING:
             raise ReplaySafetyViolation(f"hit {hit}: {outcome.upper()}: {detail}\n    repro: {r.repro}")
         return played.result if played.result is not None else drive.clean

@@ -94,6 +94,8 @@ class CellResult:
     #: What the cell exercised (see :mod:`pytest_replaysafe.coverage`): record groups, results replayed, resume
     #: path, lock window.
     coverage: dict[str, Any] = field(default_factory=dict)
+    #: ``in_doubt_handled``: the calls settled without a re-run whose effect never happened (nothing was done).
+    not_applied: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_replaysafe import grid
+from pytest_replaysafe.gaps import GAPS_DOC
 from pytest_replaysafe.outcome import LEGEND, Outcome
 from pytest_replaysafe.replay import smallest_first
 
@@ -28,6 +29,11 @@ def summary(cells: Iterable[dict[str, Any]]) -> dict[str, int]:
     return {str(o): counts.get(str(o), 0) for o in Outcome}
 
 
+def failed_at_gap(cells: Iterable[dict[str, Any]]) -> int:
+    """Cells whose test's own assertions failed where a documented gap re-ran a call (they keep the gap's name)."""
+    return sum(1 for c in cells if c["outcome"] == Outcome.FAILED and c.get("gap"))
+
+
 def to_json(
     cells: Sequence[dict[str, Any]],
     seed: int,
@@ -37,6 +43,7 @@ def to_json(
     from pytest_replaysafe.coverage import summarize
 
     data = {"schema": SCHEMA, "seed": seed, "cells": list(cells), "summary": summary(cells)}
+    data["failed_at_known_gap"] = failed_at_gap(cells)
     data["coverage"] = summarize(cells)
     if schedules is not None:  # depth 2: how many schedules ran of how many, enumerated and sampled
         data["schedules"] = schedules
@@ -66,7 +73,7 @@ def totals_line(cells: Sequence[dict[str, Any]]) -> str:
 
 def text_grid(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> list[str]:
     """The grid (see :mod:`pytest_replaysafe.grid`), the known gaps it shows with their reasons, and the totals."""
-    lines = grid.text_grid(cells, width) + gap_notes(cells, width)
+    lines = grid.text_grid(cells, width) + gap_notes(cells, width) + doubt_notes(cells, width)
     lines += textwrap.wrap(f"cells: {len(cells)} ({totals_line(cells)})", width, subsequent_indent="  ")
     return lines
 
@@ -84,6 +91,26 @@ def gap_notes(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> list[
     lines = []
     for (name, reason), where in points.items():
         lines += textwrap.wrap(f"g at {', '.join(where)}: {reason} (gap {name})", width, subsequent_indent="    ")
+    return lines
+
+
+def doubt_notes(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> list[str]:
+    """One footnote per point where a call was settled in doubt by not running it and its effect never happened:
+    ``d`` there means the model was told of a doubt and nothing was done (not that the effect was done once)."""
+    points: Counter[str] = Counter()
+    calls: dict[str, set[str]] = {}
+    for c in cells:
+        if c["outcome"] == Outcome.IN_DOUBT_HANDLED and c.get("not_applied"):
+            points[c["point"]] += 1
+            calls.setdefault(c["point"], set()).update(_ARGS.sub(r"\1", label) for label in c["not_applied"])
+    lines = []
+    for point in sorted(points, key=grid.point_order):
+        text = (
+            f"d at {point}: in {plural(points[point], 'cell')} {', '.join(sorted(calls[point]))} was not run again "
+            "and had not taken effect: nothing was done, and the model was shown the in-doubt result (each "
+            "cell's detail in --crash-report or --crash-html says what it was shown and answered)"
+        )
+        lines += textwrap.wrap(text, width, subsequent_indent="    ", break_on_hyphens=False)
     return lines
 
 
@@ -119,11 +146,19 @@ def failure_lines(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> l
                 f"{cell['outcome'].upper()} {test_name(cell['test'])} at {cell['point']} hit {cell['hit']}{then}, "
                 f"{cell['backend']}/{cell['mode']}: "
             )
-            short = what_happened(cell["detail"], width - len(head))
+            if cell["outcome"] == Outcome.FAILED and cell.get("gap"):  # the gist: where, not the assertion
+                short = what_happened(f"at known gap {cell['gap']}", width - len(head))
+            else:
+                short = what_happened(cell["detail"], width - len(head))
             lines.append(head + short)
             if short != cell["detail"]:
                 lines += textwrap.wrap(
-                    cell["detail"], width, initial_indent="    ", subsequent_indent="    ", break_long_words=False
+                    cell["detail"],
+                    width,
+                    initial_indent="    ",
+                    subsequent_indent="    ",
+                    break_long_words=False,
+                    break_on_hyphens=False,
                 )
             if cell["repro"]:
                 lines.append(f"    repro: {cell['repro']}")
@@ -155,6 +190,12 @@ def closing_lines(
         if gaps
         else "known gaps: none shown"
     )
+    at_gap = failed_at_gap(cells)
+    if at_gap:  # the test's own assertions saw the documented re-run: the remedy, not the runtime, is the fix
+        second += (
+            f"; failed at a known gap: {plural(at_gap, 'cell')} (the test's assertions saw a documented re-run; "
+            f"each failure above names the call and the remedy: {GAPS_DOC})"
+        )
     third = "reports: " + ("  ".join(str(p) for p in reports) if reports else "none written (see --crash-report)")
     return [
         line

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_replaysafe.evidence import Entry, call_id_of
+from pytest_replaysafe.evidence import Entry, call_id_of, preview
 from pytest_replaysafe.gaps import RECORD_FAILED, GapRule, find_gap
 from pytest_replaysafe.outcome import Outcome
 from pytest_replaysafe.provenance import provenance, shared_keys
@@ -67,6 +67,9 @@ class HitEvidence:
     excused: bool = False
     #: Crashes during the recovery (depth 2): (point, window, calls unfinished at it that the resume had run).
     later: list[tuple[str, str | None, dict[str, str]]] = field(default_factory=list)
+    #: Set by the verdict: calls settled in doubt without a re-run whose effect never happened (``effects`` saw
+    #: none): the model was told of a doubt, nothing was done.
+    not_applied: list[str] = field(default_factory=list)
 
     def executions(self) -> Counter[str]:
         """Body executions per call (the harness's call identity)."""
@@ -248,8 +251,60 @@ def judge(
         )
     handled = {e.hid for e in evidence.entries if e.event == "in_doubt" and e.policy in ("fail", "reconcile")}
     if handled and (evidence.window is None or evidence.window in ({"*"} | handled)):  # (None: a storage fault)
-        return Outcome.IN_DOUBT_HANDLED, None, "the call in the crash window was in doubt and settled without a re-run"
+        what = "; ".join(_settled(evidence, eid, labels, messages) for eid in sorted(handled))
+        return (
+            Outcome.IN_DOUBT_HANDLED,
+            None,
+            f"the call in the crash window was in doubt and settled without a re-run: {what}",
+        )
     return Outcome.PROTECTED, None, "every recorded call executed at most once, answered with its own result"
+
+
+def _settled(evidence: HitEvidence, eid: str, labels: Mapping[str, str], messages: Sequence[Message]) -> str:
+    """What happened to a call a resume found in doubt: whether its body had run, whether its effect was applied
+    (where the test's ``effects`` saw it), and what the model was shown instead of a second run."""
+    label = labels.get(eid, eid)
+    policy = next(e.policy for e in evidence.entries if e.hid == eid and e.event == "in_doubt")
+    runs = sum(1 for e in evidence.entries if e.hid == eid and e.event == "start")
+    ran = "its body had not started" if runs == 0 else f"its body had run {'once' if runs == 1 else f'{runs} times'}"
+    applied = None
+    if evidence.effects is not None:
+        ids = {e.id for e in evidence.entries if e.hid == eid}
+        applied = sum(1 for f in evidence.effects if f.get("execution_id") in ids)
+        ran += (
+            f", and its effect was applied {applied} time{'s' if applied != 1 else ''}"
+            if applied
+            else (", so nothing was applied (no effect of it happened)")
+        )
+    shown = tool_result(messages, eid)
+    told = (
+        "no result" if shown is None else f"{'an error' if shown.is_error else 'the result'} {preview(shown.output)!r}"
+    )
+    said = f"{label} (on_in_doubt={policy!r}): {ran}; the model was shown {told}"
+    if applied == 0:
+        evidence.not_applied.append(label)
+    if applied == 0 and shown is not None and shown.is_error and evidence.final_text:
+        said += (
+            f"; the final answer was {evidence.final_text!r} all the same: check that it does not claim what was "
+            "not done (a real model should report the doubt)"
+        )
+    return said
+
+
+def tool_result(messages: Sequence[Message], eid: str) -> Any:
+    """The result block answering call *eid* (``call_id_of``) in a conversation, or None."""
+    for i, m in enumerate(messages):
+        for index, call in enumerate(m.tool_calls if m.role == "assistant" else ()):
+            if call_id_of(m.message_id, index) != eid:
+                continue
+            for later in messages[i + 1 :]:
+                if later.role != "tool":
+                    return None
+                for block in later.tool_results:
+                    if block.call_id == call.id:
+                        return block
+            return None
+    return None
 
 
 def _transactional(label: str, runs: int, commits: int, applied: int) -> tuple[list[str], list[str]]:
@@ -303,5 +358,20 @@ def _allowance(
 
 
 def _gap_detail(evidence: HitEvidence, gaps: set[str], labels: Mapping[str, str]) -> str:
-    twice = [labels.get(eid, eid) for eid, n in sorted(evidence.executions().items()) if n > 1]
-    return f"ran again where the gap table expects it ({', '.join(sorted(gaps))}): {', '.join(twice)}"
+    twice = [eid for eid, n in sorted(evidence.executions().items()) if n > 1]
+    detail = f"ran again where the gap table expects it ({', '.join(sorted(gaps))}): "
+    detail += ", ".join(labels.get(eid, eid) for eid in twice)
+    return detail + "".join(_answered_differently(evidence.entries, eid, labels.get(eid, eid)) for eid in twice)
+
+
+def _answered_differently(entries: Iterable[Entry], eid: str, label: str) -> str:
+    """The consequence a re-run can have although the gap is documented: a tool that checks state (an order no
+    longer pending, a ticket already open) refuses its own second run, and the model is shown that instead."""
+    ends = [e for e in entries if e.event == "end" and e.hid == eid]
+    if len(ends) < 2 or len({(e.fp, e.error) for e in ends}) == 1:
+        return ""
+    first, last = ends[0], ends[-1]
+    return (
+        f"; its runs answered differently: first {first.answer()}, then {last.answer()}, and the model was shown "
+        "the last (a tool that checks state refuses its own second run)"
+    )
