@@ -24,6 +24,7 @@ from tenxgraph.storage.checkpointer import SqliteCheckpointer
 from tenxgraph.utils.sync import run_sync
 
 ROOT = Path(__file__).resolve().parents[1]
+LOCAL = "http://127.0.0.1"  # a loopback Host: the server answers loopback names only by default
 RUN = {"messages": [{"role": "user", "text": "refund order 1042", "message_id": "req-1"}]}
 
 
@@ -35,7 +36,7 @@ def db(tmp_path: Path) -> Path:
 @pytest.fixture
 def client(db: Path) -> Any:
     app = create_app(build_support_agent(SqliteCheckpointer(db), LocalProvider()), token="s3cret")
-    with TestClient(app, headers={"Authorization": "Bearer s3cret"}) as c:
+    with TestClient(app, base_url=LOCAL, headers={"Authorization": "Bearer s3cret"}) as c:
         yield c
 
 
@@ -76,7 +77,7 @@ def test_unknown_thread_state_is_404(client: Any) -> None:
 
 def test_bearer_token_is_required(db: Path) -> None:
     app = create_app(build_support_agent(SqliteCheckpointer(db), LocalProvider()), token="s3cret")
-    with TestClient(app) as anonymous:
+    with TestClient(app, base_url=LOCAL) as anonymous:
         assert anonymous.post("/threads/t1/runs", json=RUN).status_code == 401
         assert anonymous.get("/threads/t1/state", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert anonymous.get("/healthz").status_code == 200
@@ -177,7 +178,9 @@ def server_killed_mid_run(backend: str, tmp_path: Path, request: pytest.FixtureR
         crashpoints.ENV_MARKER: str(tmp_path / "marker.json"),
     }
     port = free_port()
-    doomed = start_server(port, {**env, crashpoints.ENV_CRASH_AT: "tool.after_record:2:kill"})
+    doomed = start_server(
+        port, {**env, crashpoints.ENV_CRASH_AT: "tool.after_record:2:kill", crashpoints.ENV_CRASH_TEST: "1"}
+    )
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         post_run(port, "ticket-1042")  # the server dies mid-run: the connection drops
     assert doomed.wait(timeout=30) == -9
@@ -234,7 +237,8 @@ def test_a_run_streams_its_steps_and_flags_replayed_results(client: Any, db: Pat
         build_support_agent(SqliteCheckpointer(db), LocalProvider()).invoke(
             {"messages": ["refund order 1042"]}, {"thread_id": "s2"}
         )
-    resumed = sse(client.get("/threads/s2/runs/stream").text)
+    assert client.get("/threads/s2/runs/stream").status_code == 405  # a link cannot start work: POST only
+    resumed = sse(client.post("/threads/s2/runs/stream", json={}).text)
     assert resumed[0][0] == "step" and resumed[0][1]["node"] == "TOOL" and resumed[0][1]["replayed"] is True
     assert resumed[-1][0] == "done"
 

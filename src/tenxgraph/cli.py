@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from tenxgraph.core.graph.compiled import CompiledGraph
+from tenxgraph.server.serve_options import add_door_options, check_doors, door_kwargs, header_timeout_protocol
 from tenxgraph.utils.constants import DISTRIBUTION, install_hint
 from tenxgraph.utils.events import emit_event, log_json_lines
 
@@ -20,7 +21,7 @@ def load_graph(target: str) -> CompiledGraph[Any]:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise SystemExit(f"tenxgraph serve: give the graph as module:attribute, got {target!r}")
-    sys.path.insert(0, os.getcwd())
+    sys.path.append(os.getcwd())  # last: the working directory never shadows an installed module
     try:
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
@@ -77,16 +78,12 @@ def main(argv: list[str] | None = None) -> None:
         "going then are cut, and stay resumable (another server's recovery finishes them; default 30)",
     )
     serve.add_argument(
-        "--token-env",
-        default="TENXGRAPH_API_TOKEN",
-        help="environment variable holding the bearer token (unset: no auth)",
-    )
-    serve.add_argument(
         "--workers",
         type=int,
         default=1,
         help="server processes on this port (uvicorn's workers; each loads the graph itself; default 1)",
     )
+    add_door_options(serve)
     args = parser.parse_args(argv)
     try:
         import uvicorn
@@ -94,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"tenxgraph serve needs the server extra: {install_hint('server')} ({exc})") from exc
     if args.workers < 1:
         raise SystemExit(f"tenxgraph serve: --workers must be 1 or more, got {args.workers}")
-    settings = {k: v for k, v in vars(args).items() if k not in ("command", "host", "port", "workers")}
+    check_doors(args)  # before anything listens: an open door is a start-up error, not a log line
+    settings = {k: v for k, v in vars(args).items() if k not in ("command", "port", "workers")}
     os.environ[SERVE_ENV] = json.dumps(settings)  # each worker process builds its app from the same settings
     log_json_lines(args.log_level.upper())
     app: Any = "tenxgraph.cli:app_from_env" if args.workers > 1 else app_from_env()
@@ -105,6 +103,8 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         log_level="warning",
         timeout_graceful_shutdown=args.shutdown_timeout,
+        limit_concurrency=args.limit_concurrency,
+        http=header_timeout_protocol(args.header_timeout),
         workers=args.workers if args.workers > 1 else None,
         factory=args.workers > 1,
     )
@@ -128,8 +128,7 @@ def app_from_env() -> Any:
             graph, interval=settings["recovery_interval"], max_attempts=settings["recovery_attempts"])  # fmt: skip
     except ValueError as exc:
         raise SystemExit(f"tenxgraph serve: {exc}") from None
-    token = os.environ.get(settings["token_env"]) or None
-    return create_app(graph, token=token, lock_timeout=settings["lock_timeout"], recovery=recovery or False)
+    return create_app(graph, lock_timeout=settings["lock_timeout"], recovery=recovery or False, **door_kwargs(settings))
 
 
 if __name__ == "__main__":

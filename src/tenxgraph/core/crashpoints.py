@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -36,6 +37,9 @@ Kind: TypeAlias = Literal["crash", "fault"]
 ACTIONS = ("raise", "kill", "fault")
 ENV_CRASH_AT = "TENXGRAPH_CRASH_AT"
 ENV_MARKER = "TENXGRAPH_CRASH_MARKER"
+#: Set (to anything) by a test that arms a crash point on purpose: the arming is then logged at INFO, not ERROR,
+#: and ``tenxgraph serve`` starts with it.
+ENV_CRASH_TEST = "TENXGRAPH_CRASH_TEST"
 
 
 class CrashInjected(BaseException):
@@ -326,4 +330,18 @@ def arm_from_env() -> bool:
     if action is None:
         action = "fault" if _registry[name].kind == "fault" else "kill"
     arm(name, hit, action)  # type: ignore[arg-type]
+    testing = bool(os.environ.get(ENV_CRASH_TEST))
+    logging.getLogger("tenxgraph").log(
+        logging.INFO if testing else logging.ERROR,
+        "crash point %s is armed from %s=%r: this process will %s at its hit %d. It is fault injection for tests; "
+        "%s (a test that means it sets %s=1)",
+        name, ENV_CRASH_AT, spec, {"kill": "kill itself", "raise": "raise", "fault": "fail a storage call"}[action],
+        hit, unset, ENV_CRASH_TEST,
+    )  # fmt: skip
     return True
+
+
+def armed_points() -> list[str]:
+    """The names of the crash points armed in this process (empty in production)."""
+    with _lock:
+        return sorted(_armed)

@@ -5,7 +5,7 @@ resumed by the next request to it, from any server process::
 
     POST /threads/{thread_id}/runs   {"messages": [{"role": "user", "text": "...", "message_id": "..."}],
                                       "config": {"tool_timeout": 60}}
-    POST /threads/{thread_id}/runs/stream    (server-sent events; GET resumes with no input)
+    POST /threads/{thread_id}/runs/stream    (server-sent events; a body of {} resumes)
     GET  /threads/{thread_id}/state
     GET  /metrics                           (Prometheus text)
     GET  /healthz
@@ -17,6 +17,19 @@ finishes the interrupted run instead of adding the message twice. Without any re
 
 from __future__ import annotations
 
-from tenxgraph.server.app import create_app
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tenxgraph.server.app import create_app
 
 __all__ = ["create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    """``create_app`` is imported on first use: the package's other modules (the doors, the limits, the command
+    line's options) work without the server extra installed."""
+    if name == "create_app":
+        from tenxgraph.server.app import create_app
+
+        return create_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,11 +52,14 @@ class SqliteCheckpointer(BaseCheckpointer):
         timeout: float = 30.0,
         create_dirs: bool = False,
         on_connect: Callable[[sqlite3.Connection], None] | None = None,
+        file_mode: int = 0o600,
     ) -> None:
         """``create_dirs``: create the database's folder if it is missing (logged). Off by default, so a mistyped
         path is an error here instead of a new, empty database somewhere else. ``on_connect``: called with each
         new connection (one per process) after the checkpointer's own set-up: set pragmas such as
-        ``cache_size``, register functions."""
+        ``cache_size``, register functions. ``file_mode``: the permissions of a database (and its lock file)
+        this checkpointer creates: the owner's only by default (conversations and tool results are in it;
+        SQLite gives its ``-wal`` and ``-shm`` files the database's mode); an existing file keeps its own."""
         if str(path) in ("", ":memory:"):
             raise ConfigError(
                 "SqliteCheckpointer needs a file path (a ':memory:' database is not durable); "
@@ -74,6 +77,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             log.info("created folder %s for SQLite database %s", folder, self.path.name)
         self.timeout = timeout
         self.on_connect = on_connect
+        self.file_mode = file_mode
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
@@ -86,6 +90,8 @@ class SqliteCheckpointer(BaseCheckpointer):
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
         # First use, or a forked child: never use the parent's connection (its locks belong to the parent).
+        if not self.path.exists():  # created with its mode (an existing file keeps its own)
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, self.file_mode))
         conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         self._enter_wal(conn)
         conn.execute("PRAGMA synchronous=FULL")
@@ -301,7 +307,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             path.parent.mkdir(exist_ok=True)
         else:
             path = Path(f"{self.path}.lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, self.file_mode)
         try:
             try:
                 lock_byte(fd, int.from_bytes(digest[:8]) >> 2)  # 62 bits: a positive offset that cannot overflow

@@ -1,0 +1,153 @@
+"""What a client may send and ask for: the body cap and read timeout, the run body's fields, and the operator's
+ceilings on a run's limits, which a request may lower but never raise (nor turn off)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from tenxgraph.core.graph.config import KNOWN_KEYS
+from tenxgraph.core.state.messages import Message, TextBlock, new_id
+from tenxgraph.utils.constants import NODE_TIMEOUT, RECURSION_LIMIT, TOOL_TIMEOUT
+
+RUN_FIELDS = ("messages", "config")
+MESSAGE_FIELDS = ("role", "text", "message_id")
+
+
+class BadRequest(Exception):
+    """A request the server cannot use: answered with ``status`` (422 unless said) and this message."""
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The operator's ceilings (``tenxgraph serve --max-...``, ``create_app(limits=Limits(...))``).
+
+    A request's ``config`` may ask for less, never for more, and may not disable a limit (``0``/``None``); a
+    request that does not say gets the ceiling for the timeouts and the runtime's default recursion limit."""
+
+    max_body_bytes: int = 1024 * 1024  # a larger body is 413, refused before it is read whole
+    body_timeout: float = 30.0  # seconds to receive the whole body, or 408
+    recursion_limit: int = RECURSION_LIMIT
+    tool_timeout: float = TOOL_TIMEOUT
+    node_timeout: float = NODE_TIMEOUT
+    lock_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or math.isinf(value):
+                raise ValueError(f"Limits.{f.name} must be a finite number > 0, got {value!r}")
+
+    def run_config(self, asked: Mapping[str, Any], lock_timeout: float) -> dict[str, Any]:
+        """The run config for a request's ``config``: its values where they are within the ceilings."""
+        config: dict[str, Any] = {
+            "tool_timeout": self.tool_timeout,
+            "node_timeout": self.node_timeout,
+            "lock_timeout": min(lock_timeout, self.lock_timeout),
+        }
+        for key, value in asked.items():
+            ceiling = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+                raise BadRequest(f"config.{key} must be a number, got {value!r}")
+            if (value <= 0 and key != "lock_timeout") or value < 0:
+                raise BadRequest(
+                    f"config.{key} must be > 0: a client cannot turn the server's limit off (ceiling {ceiling})"
+                )
+            if value > ceiling:
+                flag = "--max-" + key.replace("_", "-")
+                raise BadRequest(
+                    f"config.{key}={value!r} is above this server's ceiling of {ceiling}: ask for less, or have "
+                    f"the operator raise it (tenxgraph serve {flag}, create_app(limits=Limits({key}=...)))"
+                )
+            config[key] = value
+        return config
+
+
+async def read_body(request: Any, limits: Limits) -> bytes:
+    """The body, read in chunks: over ``max_body_bytes`` is 413 as soon as it is known (its Content-Length, or
+    the chunk that passes the cap), so a huge body never sits in memory; slower than ``body_timeout`` is 408."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limits.max_body_bytes:
+        raise BadRequest(too_large(int(length), limits), status=413)
+    chunks: list[bytes] = []
+    size = 0
+
+    async def receive(stream: AsyncIterator[bytes]) -> None:
+        nonlocal size
+        async for chunk in stream:
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise BadRequest(too_large(size, limits), status=413)
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(receive(request.stream()), limits.body_timeout)
+    except TimeoutError:
+        raise BadRequest(
+            f"the body did not arrive within {limits.body_timeout:g} s (tenxgraph serve --body-timeout)", 408
+        ) from None
+    return b"".join(chunks)
+
+
+def too_large(size: int, limits: Limits) -> str:
+    return (
+        f"the body is {size} bytes or more; this server takes at most {limits.max_body_bytes} "
+        "(tenxgraph serve --max-body-bytes)"
+    )
+
+
+def _message(data: Any, index: int, allow_system: bool) -> Message:
+    if not isinstance(data, dict):
+        raise BadRequest(f"messages[{index}] must be an object with role and text")
+    unknown = sorted(set(data) - set(MESSAGE_FIELDS))
+    if unknown:
+        raise BadRequest(f"messages[{index}] has unknown fields {unknown}; allowed: {list(MESSAGE_FIELDS)}")
+    role, text = data.get("role", "user"), data.get("text")
+    if role not in ("user", "system"):
+        raise BadRequest(f"messages[{index}].role must be 'user' or 'system', got {role!r}")
+    if role == "system" and not allow_system:
+        raise BadRequest(
+            f"messages[{index}]: this server does not take system messages from clients (they would instruct the "
+            "agent); the operator can allow them: tenxgraph serve --allow-system-messages",
+            status=403,
+        )
+    if not isinstance(text, str):
+        raise BadRequest(f"messages[{index}].text must be a string")
+    message_id = data.get("message_id") or new_id()
+    if not isinstance(message_id, str):
+        raise BadRequest(f"messages[{index}].message_id must be a string")
+    return Message(role=role, content=(TextBlock(text),), message_id=message_id)
+
+
+def parse_run(raw: bytes, allow_system: bool) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """``(input, config)`` of a run request's JSON body (both optional: no messages resumes the thread)."""
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("the body is nested too deeply to be a run request") from None
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"the body is not UTF-8: {exc.reason}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object with optional fields messages and config")
+    unknown = sorted(set(body) - set(RUN_FIELDS))
+    if unknown:
+        raise BadRequest(f"unknown fields {unknown}; allowed: {list(RUN_FIELDS)}")
+    messages = body.get("messages") or []
+    if not isinstance(messages, list):
+        raise BadRequest("messages must be a list")
+    config = body.get("config") or {}
+    allowed = [k for k in KNOWN_KEYS if k != "thread_id"]
+    if not isinstance(config, dict) or set(config) - set(allowed):
+        raise BadRequest(f"config must be an object with keys from {allowed}")
+    parsed = [_message(m, i, allow_system) for i, m in enumerate(messages)]
+    return ({"messages": parsed} if parsed else None), config
