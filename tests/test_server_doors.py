@@ -66,6 +66,7 @@ def test_a_cross_site_post_a_foreign_host_and_a_get_start_no_run(tmp_path: Path)
         assert c.get("/threads/t/state", headers={"host": "attacker.example:8000"}).status_code == 400
         assert runs == [] and c.get("/threads/t/state").status_code == 404  # nothing ran, nothing was stored
         assert c.post("/threads/t/runs", json=RUN, headers={"host": "[::1]:8000"}).status_code == 200
+        assert c.get("/healthz", headers={"host": "10.0.0.7:8000"}).status_code == 200  # a probe by address
         assert runs == ["1042"]
 
 

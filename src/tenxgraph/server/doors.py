@@ -118,6 +118,10 @@ class Doors:
         return "hook" if self.authenticate else ("token" if self.token else "none")
 
     async def enter(self, request: Any, *, auth: bool = True) -> str | None:
+        """The request's owner, or :class:`Refused`. ``auth=False`` (``/healthz``: no work, nothing to read) lets
+        every request in: a load balancer's probe names the machine's address as its ``Host``."""
+        if not auth:
+            return None
         host = host_of(request.headers.get("host", ""))
         if not host_allowed(host, self.allowed_hosts):
             raise Refused(
@@ -130,7 +134,7 @@ class Doors:
             kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
                 raise Refused(415, f"send the body as Content-Type: application/json, not {kind or 'none'!r}")
-        return await self._owner(request) if auth else None
+        return await self._owner(request)
 
     async def _owner(self, request: Any) -> str | None:
         if self.token is None and self.tokens is None and self.authenticate is None:
