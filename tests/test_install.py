@@ -55,9 +55,9 @@ def test_the_servers_pinned_dependencies_install(tmp_path: Path) -> None:
     assert subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True).returncode == 0
     frozen = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
     installed = dict(line.split("==") for line in frozen.splitlines() if "==" in line)
-    assert {name.lower(): v for name, v in pins.items()} == {
-        name.lower(): installed.get(name) for name in pins
-    }, "constraints/server.txt and what it installs differ"
+    assert {name.lower(): v for name, v in pins.items()} == {name.lower(): installed.get(name) for name in pins}, (
+        "constraints/server.txt and what it installs differ"
+    )
     extra = sorted(set(n.lower() for n in installed) - {n.lower() for n in pins} - {"tenxgraph", "pip", "setuptools"})
     assert extra == [], f"installed but not pinned in constraints/server.txt: {extra}"
     probe = "from tenxgraph.server import create_app; import uvicorn, psycopg_pool, redis"

@@ -370,6 +370,23 @@ def _lock_holder_pid(cp: PgCheckpointer, dsn: str, thread_id: str) -> int:
     return int(row[0])
 
 
+def _resume_from_another_worker(dsn: str, schema: str, agent: Any, config: dict[str, Any], outcome: list[str]) -> None:
+    """Resume the thread as a second worker would (its own checkpointer and event loop): ``outcome`` gets
+    "finished", or "refused" when the thread was busy."""
+
+    async def resume() -> None:
+        other = PgCheckpointer(postgres_dsn=dsn, schema=schema)
+        try:
+            await agent(other).ainvoke(None, config)
+            outcome.append("finished")
+        except ThreadBusyError:
+            outcome.append("refused")
+        finally:
+            await other.aclose()
+
+    asyncio.run(resume())
+
+
 def test_a_run_that_lost_its_lock_invokes_no_more_tools(pg_dsn: str, pg_schema: str) -> None:
     """The run's lock connection is terminated (a failover, an idle-session killer) while a tool works. Before,
     the run went on invoking tools without its lock while a retry on the thread (now free) ran the same pending
@@ -380,17 +397,7 @@ def test_a_run_that_lost_its_lock_invokes_no_more_tools(pg_dsn: str, pg_schema: 
     nested: list[str] = []
 
     def retry_from_another_worker() -> None:
-        async def retry() -> None:
-            other = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
-            try:
-                await agent(other).ainvoke(None, {"thread_id": "t"})
-                nested.append("finished")
-            except ThreadBusyError:
-                nested.append("refused")
-            finally:
-                await other.aclose()
-
-        asyncio.run(retry())
+        _resume_from_another_worker(pg_dsn, pg_schema, agent, {"thread_id": "t"}, nested)
 
     def drop_my_lock_connection() -> str:
         """Check stock (while it works, the database drops this run's lock connection)."""
@@ -763,17 +770,7 @@ def test_a_blip_of_the_lock_connection_does_not_run_an_in_flight_sibling_twice(p
     second: list[str] = []
 
     def second_run() -> None:
-        async def run() -> None:
-            other = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
-            try:
-                await agent(other).ainvoke(None, {"thread_id": "blip", "lock_timeout": 0})
-                second.append("finished")
-            except ThreadBusyError:
-                second.append("refused")
-            finally:
-                await other.aclose()
-
-        asyncio.run(run())
+        _resume_from_another_worker(pg_dsn, pg_schema, agent, {"thread_id": "blip", "lock_timeout": 0}, second)
 
     later = threading.Timer(0.8, second_run)
 

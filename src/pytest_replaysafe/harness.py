@@ -210,7 +210,7 @@ class CrashRun:
         shown = shown_rules(self.rules, r.point, r.gap or "", r.mode, r.backend)
         remedies = "; ".join(dict.fromkeys(rule.remedy for rule in shown.values() if rule.remedy))
         fix = f" To close it, {remedies}." if remedies else ""
-        why = "; ".join(rule.reason for rule in shown.values())
+        why = "; ".join(r.gap_reasons.values())  # (set from the same rules when the cell was recorded)
         return f"failed at known gap {r.gap} ({r.point} hit {r.hit}: {why}): {r.detail}.{fix} See {GAPS_DOC}"
 
     def check_routed(self) -> None:

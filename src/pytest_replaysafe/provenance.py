@@ -53,7 +53,7 @@ def provenance(
             hid = call_id_of(m.message_id, index)
             if asked.id is None or hid in settled or (tools is not None and asked.name not in tools):
                 continue
-            result = _result_of(messages, i, str(asked.id), occurrence[str(asked.id)])
+            result = result_of(messages, i, str(asked.id), occurrence[str(asked.id)])
             if result is None:
                 continue  # a lost result is reported by result_problems
             label = labels.get(hid, hid)
@@ -126,7 +126,7 @@ def shared_keys(
     return problems
 
 
-def _result_of(messages: Sequence[Message], index: int, call_id: str, occurrence: int) -> Any:
+def result_of(messages: Sequence[Message], index: int, call_id: str, occurrence: int) -> Any:
     """The *occurrence*-th result for *call_id* among the tool messages after ``messages[index]``."""
     seen = 0
     for m in messages[index + 1 :]:
@@ -137,4 +137,14 @@ def _result_of(messages: Sequence[Message], index: int, call_id: str, occurrence
                 seen += 1
                 if seen == occurrence:
                     return r
+    return None
+
+
+def answer_to(messages: Sequence[Message], hid: str) -> Any:
+    """The result block answering the call whose harness identity is *hid* (``call_id_of``), or None."""
+    for i, m in enumerate(messages):
+        ids = [str(c.id) for c in m.tool_calls] if m.role == "assistant" else []
+        for index, call_id in enumerate(ids):
+            if call_id_of(m.message_id, index) == hid:
+                return result_of(messages, i, call_id, ids[: index + 1].count(call_id))
     return None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_replaysafe.evidence import Entry, call_id_of, preview
 from pytest_replaysafe.gaps import RECORD_FAILED, GapRule, find_gap
 from pytest_replaysafe.outcome import Outcome
-from pytest_replaysafe.provenance import provenance, shared_keys
+from pytest_replaysafe.provenance import answer_to, provenance, shared_keys
 
 if TYPE_CHECKING:
     from tenxgraph.core.state.messages import Message
@@ -274,9 +274,9 @@ def _settled(evidence: HitEvidence, eid: str, labels: Mapping[str, str], message
         ran += (
             f", and its effect was applied {applied} time{'s' if applied != 1 else ''}"
             if applied
-            else (", so nothing was applied (no effect of it happened)")
+            else ", so nothing was applied (no effect of it happened)"
         )
-    shown = tool_result(messages, eid)
+    shown = answer_to(messages, eid)
     told = (
         "no result" if shown is None else f"{'an error' if shown.is_error else 'the result'} {preview(shown.output)!r}"
     )
@@ -289,22 +289,6 @@ def _settled(evidence: HitEvidence, eid: str, labels: Mapping[str, str], message
             "not done (a real model should report the doubt)"
         )
     return said
-
-
-def tool_result(messages: Sequence[Message], eid: str) -> Any:
-    """The result block answering call *eid* (``call_id_of``) in a conversation, or None."""
-    for i, m in enumerate(messages):
-        for index, call in enumerate(m.tool_calls if m.role == "assistant" else ()):
-            if call_id_of(m.message_id, index) != eid:
-                continue
-            for later in messages[i + 1 :]:
-                if later.role != "tool":
-                    return None
-                for block in later.tool_results:
-                    if block.call_id == call.id:
-                        return block
-            return None
-    return None
 
 
 def _transactional(label: str, runs: int, commits: int, applied: int) -> tuple[list[str], list[str]]:
@@ -361,10 +345,10 @@ def _gap_detail(evidence: HitEvidence, gaps: set[str], labels: Mapping[str, str]
     twice = [eid for eid, n in sorted(evidence.executions().items()) if n > 1]
     detail = f"ran again where the gap table expects it ({', '.join(sorted(gaps))}): "
     detail += ", ".join(labels.get(eid, eid) for eid in twice)
-    return detail + "".join(_answered_differently(evidence.entries, eid, labels.get(eid, eid)) for eid in twice)
+    return detail + "".join(_answered_differently(evidence.entries, eid) for eid in twice)
 
 
-def _answered_differently(entries: Iterable[Entry], eid: str, label: str) -> str:
+def _answered_differently(entries: Iterable[Entry], eid: str) -> str:
     """The consequence a re-run can have although the gap is documented: a tool that checks state (an order no
     longer pending, a ticket already open) refuses its own second run, and the model is shown that instead."""
     ends = [e for e in entries if e.event == "end" and e.hid == eid]

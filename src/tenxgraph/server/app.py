@@ -99,10 +99,8 @@ def create_app(
                 if thread_id is not None and (problem := id_problem(thread_id, THREAD_ID_MAX_BYTES)) is not None:
                     raise BadRequest(f"the thread id {problem}")
                 response = await handler(request, owner)
-            except Refused as exc:
+            except Refused as exc:  # (a BadRequest too)
                 response = error(exc.status, str(exc), exc.headers)
-            except BadRequest as exc:
-                response = error(exc.status, str(exc))
             emit_event(
                 "request",
                 logging.INFO,

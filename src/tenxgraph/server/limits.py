@@ -12,18 +12,18 @@ from typing import Any
 
 from tenxgraph.core.graph.config import KNOWN_KEYS
 from tenxgraph.core.state.messages import Message, TextBlock, new_id
+from tenxgraph.server.doors import Refused
 from tenxgraph.utils.constants import NODE_TIMEOUT, RECURSION_LIMIT, TOOL_TIMEOUT
 
 RUN_FIELDS = ("messages", "config")
 MESSAGE_FIELDS = ("role", "text", "message_id")
 
 
-class BadRequest(Exception):
-    """A request the server cannot use: answered with ``status`` (422 unless said) and this message."""
+class BadRequest(Refused):
+    """A request body or config the server cannot use: a :class:`Refused` with status 422 unless said."""
 
     def __init__(self, message: str, status: int = 422) -> None:
-        super().__init__(message)
-        self.status = status
+        super().__init__(status, message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ from tenxgraph.server.doors import LOOPBACK_HOSTS, parse_tokens
 from tenxgraph.server.limits import Limits
 
 DEFAULT_TOKEN_ENV = "TENXGRAPH_API_TOKEN"
-LIMIT_FLAGS = {f"max_{n}": n for n in ("body_bytes", "recursion_limit", "tool_timeout", "node_timeout", "lock_timeout")}
+#: The ceilings of a request's config: ``--max-<name>`` sets ``Limits.<name>``.
+CEILINGS = ("recursion_limit", "tool_timeout", "node_timeout", "lock_timeout")
 
 
 def add_door_options(serve: argparse.ArgumentParser) -> None:
@@ -63,14 +64,13 @@ def add_door_options(serve: argparse.ArgumentParser) -> None:
     doors.add_argument(
         "--limit-concurrency", type=int, default=1024, help="connections at once; beyond them, 503 (default 1024)"
     )
-    for flag, name in LIMIT_FLAGS.items():
-        if name != "body_bytes":
-            doors.add_argument(
-                "--" + flag.replace("_", "-"),
-                type=float if "timeout" in name else int,
-                default=getattr(d, name),
-                help=f"ceiling of a request's config.{name} (a client may ask for less; default {getattr(d, name)})",
-            )
+    for name in CEILINGS:
+        doors.add_argument(
+            "--max-" + name.replace("_", "-"),
+            type=float if "timeout" in name else int,
+            default=getattr(d, name),
+            help=f"ceiling of a request's config.{name} (a client may ask for less; default {getattr(d, name)})",
+        )
 
 
 def is_loopback(host: str) -> bool:
@@ -82,9 +82,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _token(args: argparse.Namespace | dict[str, Any]) -> str | None:
+def _token(settings: dict[str, Any]) -> str | None:
     """The shared token, or None; a variable asked for (or the default one, set) must hold one."""
-    settings = vars(args) if isinstance(args, argparse.Namespace) else args
     name = settings["token_env"] or DEFAULT_TOKEN_ENV
     value = os.environ.get(name)
     if value is None:
@@ -116,7 +115,7 @@ def door_kwargs(settings: dict[str, Any]) -> dict[str, Any]:
     limits = Limits(
         max_body_bytes=settings["max_body_bytes"],
         body_timeout=settings["body_timeout"],
-        **{name: settings[flag] for flag, name in LIMIT_FLAGS.items() if name != "body_bytes"},
+        **{name: settings[f"max_{name}"] for name in CEILINGS},
     )
     return {
         **kwargs,
