@@ -202,19 +202,50 @@ def dead_connections_reused() -> None:
 
     pg_connect.is_connection_lost = lambda exc: False
 
-    async def take(self: Any, pool: AsyncConnectionPool, stack: Any, thread_id: str, key: int, after: Any) -> Any:
+    async def take(self: Any, pool: AsyncConnectionPool, stack: Any, lease: Any, after: Any) -> Any:
+        import time
+
         conn = await stack.enter_async_context(pool.connection(timeout=self.connect_timeout))
         async with conn.pipeline():
-            locked = await conn.execute(self._q["try_lock"], (key,))
-            state = await conn.execute(self._q["get_thread"], (thread_id,))
+            locked = await conn.execute(self._q["claim_lease"], self._claim_params(lease))
+            state = await conn.execute(self._q["get_thread"], (lease.thread_id,))
         row = await locked.fetchone()
-        if not row or not row[0]:
+        if not row or not row[0] or not row[1]:
             from tenxgraph.errors import ThreadBusyError
 
-            raise ThreadBusyError(thread_id)
+            raise ThreadBusyError(lease.thread_id)
+        lease.confirm(time.monotonic(), self.run_lease)
         return conn, await state.fetchone(), None  # (no messages read with the lock: the run reads them itself)
 
+    async def reclaim(self: Any, thread_id: str, what: str, cause: Any) -> Any:
+        from tenxgraph.errors import RunLockLostError
+
+        raise RunLockLostError(thread_id, f"its connection failed during {what}")  # (it predates the lease)
+
+    async def release(self: Any, conn: Any, lease: Any) -> None:
+        with contextlib.suppress(Exception):  # (the connection died: so did its lock)
+            await conn.execute(self._q["unlock"], (lease.key,))
+
     PgCheckpointer._take_lock = take  # type: ignore[method-assign]
+    PgCheckpointer._reclaim = reclaim  # type: ignore[method-assign]
+    PgCheckpointer._release = release  # type: ignore[method-assign]
+
+
+def lease_ignored() -> None:
+    """The run lease is not enforced: a run that gets the advisory lock takes the thread whoever holds its lease
+    (every holder counts as dead), so a worker arriving while the lock connection of a live run is gone takes the
+    thread and runs again what that run has in flight."""
+    from tenxgraph.storage.checkpointer import pg_lease
+
+    pg_lease.Holder.dead = lambda self, me: True  # type: ignore[method-assign]
+
+
+def lease_not_renewed() -> None:
+    """The run lease is never renewed: it runs out while its run still works, and a worker arriving later takes
+    the thread and runs again the call in flight."""
+    from tenxgraph.storage.checkpointer import pg_lease
+
+    pg_lease.Renewer.renew = lambda self, leases: True  # type: ignore[method-assign]
 
 
 def no_retries() -> None:
@@ -428,6 +459,8 @@ MUTANTS: dict[str, Callable[[], None]] = {
         ledger_read_prefix_only,
         replay_consumes_records,
         dead_connections_reused,
+        lease_ignored,
+        lease_not_renewed,
         no_retries,
         cache_errors_raised,
         intent_failure_ignored,
@@ -447,7 +480,7 @@ NEEDS_ORDERS = frozenset({"ledger_read_prefix_only"})
 #: Mutants only a crash during recovery shows (``--crash-depth=2``).
 NEEDS_DEPTH = frozenset({"replay_consumes_records"})
 #: Mutants only the drop fault shows (``--crash-faults=drop``, on PostgreSQL).
-NEEDS_DROP = frozenset({"dead_connections_reused"})
+NEEDS_DROP = frozenset({"dead_connections_reused", "lease_ignored", "lease_not_renewed"})
 #: Mutants only a storage outage shows: the fault (and its mode) each needs, and the backend.
 NEEDS_OUTAGE = {
     "no_retries": ("outage", "postgres"),

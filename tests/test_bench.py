@@ -27,8 +27,9 @@ def test_scenario_runs_with_and_without_the_ledger() -> None:
 
 
 def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> None:
-    """Statements: run lock + unlock (no commit), thread read, message read, start write, 3 advances, 1 ledger read
-    (one tool node): 9, plus BEGIN and COMMIT around the last advance; then one per ledger write: 1 when the two
+    """Statements: run lock and lease claim (one statement) + unlock, thread read, message read, start write, 3
+    advances, 1 ledger read (one tool node): 9, plus BEGIN, the lease's release and COMMIT around the last advance
+    (one transaction: the lease costs no commit of its own); then one per ledger write: 1 when the two
     calls return together (group commit), 2 when apart (the scenario's sync tools finish in threads, so which one
     happens is up to the scheduler). Round trips: 6 plus the ledger writes; the lock travels with the thread and
     message reads, and the unlock with the last advance (pipelined after its COMMIT)."""
@@ -43,7 +44,7 @@ def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> Non
     for _ in range(3):
         run()
     assert sum(counting.writes) == 3 * 2 and len(counting.writes) in range(3, 7)  # 2 records per run, 1-2 writes
-    assert bench.RoundTrips.statements == 3 * 11 + len(counting.writes)
+    assert bench.RoundTrips.statements == 3 * 12 + len(counting.writes)
     assert bench.RoundTrips.count == 3 * 6 + len(counting.writes)
     bench.close_pg(cp)
 

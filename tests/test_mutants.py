@@ -36,6 +36,8 @@ CAUSES: dict[str, tuple[str, str]] = {
     "ledger_read_prefix_only": ("violation", "executed 2 times"),
     "replay_consumes_records": ("violation", "executed"),
     "dead_connections_reused": ("resume_failed", "resume failed"),
+    "lease_ignored": ("violation", "a second worker took the thread during the fault"),
+    "lease_not_renewed": ("violation", "s after the fault, while its run was alive with a call in flight"),
     "no_retries": ("resume_failed", "resume failed"),
     "cache_errors_raised": ("resume_failed", "resume failed"),
     "intent_failure_ignored": ("violation", "without in-doubt detection"),

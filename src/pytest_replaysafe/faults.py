@@ -6,10 +6,11 @@
 - ``drop``: cells of their own, in the ``drop`` mode, on PostgreSQL backends. At the cell's point and hit, every
   PostgreSQL connection of the run's process is terminated for real (``pg_terminate_backend`` from a connection
   of the harness's own; the connections are found by their client ports in ``/proc``), as a failover, a
-  restarted connection pooler or an idle-session killer would. The process does not die: the run goes on and
-  either finishes or fails (its run lock went with its connection), and a failed run is resumed. Nothing may run
-  twice: a drop is no crash, so no gap of the crash table applies (only calls unprotected by nature, timed out or
-  without an id, may re-run).
+  restarted connection pooler or an idle-session killer would. The process does not die: the run goes on (it
+  takes its run lock again on a new connection: its lease kept the thread) and either finishes or fails, and a
+  failed run is resumed. Meanwhile a second worker tries to resume the thread and must be refused
+  (:mod:`.intruder`). Nothing may run twice: a drop is no crash, so no gap of the crash table applies (only calls
+  unprotected by nature, timed out or without an id, may re-run).
 - ``outage``: like ``drop``, on PostgreSQL backends whose cell checkpointer connects through a :class:`Proxy` of
   the harness: at the point every connection through it is cut and new ones are refused for :data:`OUTAGE_S`,
   then PostgreSQL is reachable again.
@@ -31,6 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from pytest_replaysafe.intruder import intrude
 from pytest_replaysafe.modes import Crash, Hit, InProcess, Runner, arm_crash
 
 if TYPE_CHECKING:
@@ -243,6 +245,8 @@ class FaultMode(InProcess):
     before the resume when the fault does not last through it (``lasts_through_resume``)."""
 
     lasts_through_resume = True
+    #: Whether a second worker tries to resume the thread while the faulted run holds it (:mod:`.intruder`).
+    second_worker = False
 
     def inject(self, run: Runner) -> str:
         raise NotImplementedError
@@ -265,6 +269,9 @@ class FaultMode(InProcess):
             except Exception as exc:
                 failed.append(f"{type(exc).__name__}: {exc}")
                 raise
+            if self.second_worker:  # while the run is held here: a client's retry, another server's recovery
+                seen = intrude(run, hit, name)
+                done[0] += f"; {seen}" if seen else ""
 
         crashpoints.reset()
         try:
@@ -301,6 +308,7 @@ class Drop(FaultMode):
     """Every PostgreSQL connection of the run's process terminated by the server."""
 
     name = "drop"
+    second_worker = True
 
     def inject(self, run: Runner) -> str:
         return drop_connections(run.checkpointer.inner)
@@ -315,6 +323,7 @@ class Outage(FaultMode):
     """PostgreSQL unreachable for :data:`OUTAGE_S` (its connections cut, new ones refused), then back."""
 
     name = "outage"
+    second_worker = True
 
     def inject(self, run: Runner) -> str:
         cut = _pg_proxy(run.checkpointer.inner).cut(OUTAGE_S)

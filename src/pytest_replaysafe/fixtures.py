@@ -181,13 +181,14 @@ class SharedPg:
         """*proxied*: ``outage`` (PostgreSQL) or ``redis-down`` (Redis) connects through a proxy of the harness's
         (:mod:`pytest_replaysafe.faults`), which that fault cuts."""
         from pytest_replaysafe.faults import proxied_dsn, proxied_redis_url
+        from pytest_replaysafe.intruder import MATRIX_LEASE_S
         from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 
         self.dsn = dsn
         if (redis_url, proxied) not in self.made:
             pg = proxied_dsn(dsn, self.proxies) if proxied == "outage" else dsn
             url = proxied_redis_url(redis_url, self.proxies) if proxied == "redis-down" and redis_url else redis_url
-            cp = PgCheckpointer(postgres_dsn=pg, redis_url=url, schema=self.schema)
+            cp = PgCheckpointer(postgres_dsn=pg, redis_url=url, schema=self.schema, run_lease=MATRIX_LEASE_S)
             self.made[redis_url, proxied] = (cp, redis_url)
         return self.made[redis_url, proxied][0]
 

@@ -56,17 +56,24 @@ class StaleStateError(TenxGraphError):
 class ThreadBusyError(StaleStateError):
     """Another run holds the thread right now (a client retry, a second worker): nothing was run or written."""
 
-    def __init__(self, thread_id: str, waited: float | None = None) -> None:
+    def __init__(
+        self, thread_id: str, waited: float | None = None, holder: str | None = None, retry_after: float | None = None
+    ) -> None:
         self.thread_id = thread_id
         self.expected = 0
         self.actual = None
         self.waited = waited
+        #: Who holds the thread, when the storage knows (a lease's holder), and how many seconds until it may be
+        #: free at the latest if that holder stops renewing.
+        self.holder = holder
+        self.retry_after = retry_after
         how = f" (waited {waited:g}s for it)" if waited else ""
+        who = f": {holder}" if holder else ""
         TenxGraphError.__init__(
             self,
-            f"thread {thread_id!r} is being run by another worker right now{how}; nothing was run. Retry when that "
-            "run has finished, or pass config={'lock_timeout': seconds} to wait (a run's lock is released when it "
-            "ends or its process dies)",
+            f"thread {thread_id!r} is being run by another worker right now{how}{who}; nothing was run. Retry when "
+            "that run has finished, or pass config={'lock_timeout': seconds} to wait (a run's lock is released when "
+            "it ends or its process dies)",
         )
 
 

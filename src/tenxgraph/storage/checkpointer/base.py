@@ -282,13 +282,14 @@ async def hold_run_lock(checkpointer: BaseCheckpointer, thread_id: str, timeout:
         lock = checkpointer.arun_lock(thread_id)
         try:
             await lock.__aenter__()
-        except ThreadBusyError:
+        except ThreadBusyError as exc:
             left = deadline - time.monotonic()
             if left <= 0:
                 if timeout:
-                    raise ThreadBusyError(thread_id, waited=timeout) from None
+                    raise ThreadBusyError(thread_id, timeout, exc.holder, exc.retry_after) from None
                 raise
-            await asyncio.sleep(min(delay, left))
+            # (a lease's holder that stops renewing frees the thread no sooner than retry_after: no busy polling)
+            await asyncio.sleep(min(max(delay, min(exc.retry_after or 0.0, 1.0)), left))
             delay = min(delay * 2, 0.1)
             continue
         break

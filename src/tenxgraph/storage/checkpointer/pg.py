@@ -32,6 +32,7 @@ import hashlib
 import logging
 import os
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
@@ -69,6 +70,7 @@ try:
 
     import tenxgraph.storage.checkpointer.pg_connect as pg_connect
     from tenxgraph.storage.checkpointer.pg_cache import RedisStateCache, thread_key
+    from tenxgraph.storage.checkpointer.pg_lease import DEFAULT_LEASE_S, Holder, Lease, Process, Renewer
     from tenxgraph.storage.checkpointer.pg_sql import MIGRATIONS, QUERIES, json_rows
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(f"{_EXTRA_HINT} ({exc})") from exc
@@ -105,6 +107,7 @@ class PgCheckpointer(BaseCheckpointer):
         retries: int = 3,
         connect_timeout: float = 5.0,
         auto_setup: bool = True,
+        run_lease: float = DEFAULT_LEASE_S,
     ) -> None:
         if (postgres_dsn is None) == (pool is None):
             raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pool=")
@@ -118,6 +121,8 @@ class PgCheckpointer(BaseCheckpointer):
             raise ConfigError(f"retries must be a whole number >= 0, got {retries!r}")
         if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, int | float) or connect_timeout <= 0:
             raise ConfigError(f"connect_timeout must be a number of seconds > 0, got {connect_timeout!r}")
+        if isinstance(run_lease, bool) or not isinstance(run_lease, int | float) or not 0.05 <= run_lease <= 3600:
+            raise ConfigError(f"run_lease must be a number of seconds between 0.05 and 3600, got {run_lease!r}")
         if isinstance(cache_ttl, bool) or not isinstance(cache_ttl, int) or cache_ttl < 0:
             raise ConfigError(f"cache_ttl must be a whole number of seconds >= 0 (0 = no expiry), got {cache_ttl!r}")
         self.schema = validate_identifier(schema)
@@ -128,6 +133,11 @@ class PgCheckpointer(BaseCheckpointer):
         self.retries = retries
         self.connect_timeout = float(connect_timeout)
         self.auto_setup = auto_setup
+        #: How long a run's lease on its thread lasts without renewal (see :mod:`.pg_lease`).
+        self.run_lease = float(run_lease)
+        #: The host identity written in leases (None: :func:`.pg_lease.host_identity`). Processes with one identity
+        #: must see each other's pids: a holder on this host whose pid is gone is taken over at once.
+        self.lease_host: str | None = None
         self._user_pool = pool
         self._pool: AsyncConnectionPool | None = pool
         has_cache = redis_url is not None or redis is not None
@@ -150,6 +160,11 @@ class PgCheckpointer(BaseCheckpointer):
         # Threads whose next state write is their run's last: "pending", then "released" once the unlock went
         # in the same round trip as that write (see release_lock_with_next_write).
         self._unlock_with_write: dict[str, str] = {}
+        # The run leases of this process (by thread), what keeps each lock's connections, and their renewer.
+        self._leases: dict[str, Lease] = {}
+        self._lock_stacks: dict[str, AsyncExitStack] = {}
+        self._renewer: Renewer | None = None
+        self._me: Process | None = None
         # Rendered once to plain strings (the schema is a validated identifier): psycopg caches the parsing of
         # str queries, while a sql.Composed is converted again on every call.
         self._q = {
@@ -171,6 +186,7 @@ class PgCheckpointer(BaseCheckpointer):
             self._pid, self._loop, self._ready, self._open_lock = os.getpid(), None, False, None
             self._lock_conns, self._lock_guards, self._read_with_lock, self._unlock_with_write = {}, {}, {}, {}
             self._messages_hint, self._messages_with_lock = {}, {}
+            self._leases, self._lock_stacks, self._renewer, self._me = {}, {}, None, None  # (the thread stayed behind)
             self._pool = self._user_pool if self.postgres_dsn is None else None
             if self._cache is not None:
                 self._cache.forget_after_fork()
@@ -247,20 +263,19 @@ class PgCheckpointer(BaseCheckpointer):
         self, thread_id: str, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
     ) -> T:
         """Run *op* for *thread_id*: on the connection holding the thread's run lock when this process holds it
-        (never retried elsewhere: if that connection is gone, so is the lock, and the run must stop), else on
-        the pool with retries."""
-        conn = self._lock_conns.get(thread_id)
-        if conn is not None:
-            async with self._lock_guards[thread_id]:
-                if self._lock_conns.get(thread_id) is conn:  # (else the run ended meanwhile: the pool's connection)
+        (if that connection dies, the lock is taken again on a new one while the lease is still this run's, and
+        *op* runs again there; else the run stops with :class:`RunLockLostError`), else on the pool with
+        retries."""
+        guard = self._lock_guards.get(thread_id)
+        if guard is not None:
+            async with guard:
+                while (conn := self._lock_conns.get(thread_id)) is not None:  # (None: the run ended meanwhile)
                     try:
                         return await op(conn)
                     except psycopg.OperationalError as exc:
-                        if conn.broken or conn.closed:
-                            raise RunLockLostError(
-                                thread_id, f"its PostgreSQL connection failed during the {what}: {exc}"
-                            ) from exc
-                        raise
+                        if not (conn.broken or conn.closed):
+                            raise
+                        await self._reclaim(thread_id, f"the {what}", exc)  # (or RunLockLostError: the run stops)
         return await self._retrying(what, op)
 
     async def asetup(self) -> None:
@@ -345,11 +360,15 @@ class PgCheckpointer(BaseCheckpointer):
                 # One round trip: the write, its commit, then the run lock's release. The explicit COMMIT matters:
                 # a pipeline's statements share one implicit transaction until its sync, so without it the lock
                 # would be free before the write committed, and the next run could read the state before it.
-                async with conn.pipeline():
+                lease = self._leases[thread_id]
+                if self._renewer is not None:
+                    self._renewer.remove(lease)  # (a renewal must not find the row gone and call the run lost)
+                async with conn.pipeline():  # the lease goes in the write's own transaction: no commit of its own
                     await conn.execute("BEGIN")
                     cur = await conn.execute(query, params)
+                    await conn.execute(self._q["release_lease"], (thread_id, lease.owner))
                     await conn.execute("COMMIT")
-                    await conn.execute(self._q["unlock"], (self.run_lock_key(thread_id),))
+                    await conn.execute(self._q["unlock"], (lease.key,))
                 self._unlock_with_write[thread_id] = "released"
             else:
                 cur = await conn.execute(query, params)
@@ -550,6 +569,9 @@ class PgCheckpointer(BaseCheckpointer):
             return
         if self._cache is not None:
             await self._cache.close()
+        if self._renewer is not None:
+            self._renewer.close()
+            self._renewer = None
         if self._pool is not None and self._user_pool is None:
             await self._pool.close()
             self._pool = None
@@ -563,18 +585,20 @@ class PgCheckpointer(BaseCheckpointer):
 
     @asynccontextmanager
     async def arun_lock(self, thread_id: str) -> AsyncIterator[None]:
-        """A session advisory lock on a connection held for the run: PostgreSQL releases it when the holder's
-        connection dies (a killed worker), so recovery never waits for a lease. Two statements per run, no
-        commit, and no round trip of their own: the lock goes with the first read, the unlock with the last write.
-        While it is held, the thread's state and ledger reads and state writes use this same connection. The
-        thread's state is read in the lock's own round trip (pipelined, so it is read after the lock is
-        taken): the run's first :meth:`aget_thread` costs nothing more."""
+        """A session advisory lock on a connection held for the run, and the thread's lease (:mod:`.pg_lease`),
+        claimed in the same statement. No round trip of their own: they go with the run's first read (the
+        thread's state and its new messages, pipelined behind them), and their release with its last write (in
+        its transaction). While they are held, the thread's state and ledger reads and state writes use the lock's
+        connection; if it dies, the lock is taken again on a new one while the lease is still this run's. Another
+        run is refused until the lease is released, runs out (its holder stopped renewing), or its holder is known
+        dead (a process of this host that is gone): a killed worker's thread is free at once on its own host,
+        within ``run_lease`` seconds elsewhere."""
         check_thread_id(thread_id)
         after = self._messages_hint.pop(thread_id, None)  # (taken now: nothing is left behind if opening fails)
         pool = await self._ensure_open()
-        key = self.run_lock_key(thread_id)
+        lease = Lease(thread_id, self.run_lock_key(thread_id))
         async with AsyncExitStack() as stack:
-            conn, found, messages = await self._take_lock(pool, stack, thread_id, key, after)
+            conn, found, messages = await self._take_lock(pool, stack, lease, after)
             self._read_with_lock[thread_id] = (
                 None if found is None else ThreadSnapshot(thread_id, found[1], int(found[0]))
             )
@@ -582,15 +606,20 @@ class PgCheckpointer(BaseCheckpointer):
                 self._messages_with_lock[thread_id] = messages
             guard = self._lock_guards[thread_id] = asyncio.Lock()
             self._lock_conns[thread_id] = conn
+            self._lock_stacks[thread_id] = stack
+            self._leases[thread_id] = lease
+            self._renewer_for(pool).add(lease)
             try:
                 yield
             finally:
                 async with guard:  # a reader on this connection finishes first; later ones go to the pool
-                    self._lock_conns.pop(thread_id, None)
-                    self._lock_guards.pop(thread_id, None)
+                    self._renewer_for(pool).remove(lease)
+                    conn = self._lock_conns.pop(thread_id, conn)
+                    for held in (self._lock_guards, self._lock_stacks, self._leases):
+                        held.pop(thread_id, None)
                     self._forget_reads_with_lock(thread_id)
                     if self._unlock_with_write.pop(thread_id, None) != "released":  # not behind the last write
-                        await self._unlock(conn, thread_id, key)
+                        await self._release(conn, lease)
 
     def read_with_lock(self, thread_id: str, messages_after: int) -> None:
         """The messages are read in the lock's own round trip too (a third pipelined statement): a turn of a
@@ -601,31 +630,85 @@ class PgCheckpointer(BaseCheckpointer):
         self._read_with_lock.pop(thread_id, None)
         self._messages_with_lock.pop(thread_id, None)
 
-    async def _unlock(self, conn: psycopg.AsyncConnection[Any], thread_id: str, key: int) -> None:
+    def _renewer_for(self, pool: AsyncConnectionPool) -> Renewer:
+        """The renewer of this process's leases (made on first use), on a connection of its own to the pool's
+        server."""
+        if self._renewer is None:
+            conninfo = self.postgres_dsn or (pool.conninfo if isinstance(pool.conninfo, str) else None)
+            if conninfo is None:
+                raise ConfigError(
+                    "PgCheckpointer(pool=...) needs a pool whose conninfo is a string: run leases are renewed on a "
+                    "connection of their own; pass such a pool, or postgres_dsn="
+                )
+            given = pool.kwargs if isinstance(pool.kwargs, dict) else {}
+            kwargs = {k: v for k, v in given.items() if k != "autocommit"}
+            query = self._q["renew_leases"]
+            self._renewer = Renewer(conninfo, kwargs, query, self.run_lease, self.connect_timeout)
+        return self._renewer
+
+    def _process(self) -> Process:
+        if self._me is None or self._me.pid != os.getpid():
+            self._me = Process.current(self.lease_host)
+        return self._me
+
+    async def _release(self, conn: psycopg.AsyncConnection[Any], lease: Lease) -> None:
+        """The lease's row, then the advisory lock, in one round trip; the row through the pool if the lock's
+        connection is gone (its lock went with it), so that the next run need not wait for the lease to run out."""
+        if not (conn.broken or conn.closed):
+            try:
+                async with conn.pipeline():
+                    await conn.execute(self._q["release_lease"], (lease.thread_id, lease.owner))
+                    await conn.execute(self._q["unlock"], (lease.key,))
+                return
+            except psycopg.Error as exc:  # the connection died: so did its lock; the row is deleted below
+                log.warning(
+                    "releasing the run lock of thread %r failed (%s); releasing its lease", lease.thread_id, exc
+                )
+
+        async def op(other: psycopg.AsyncConnection[Any]) -> None:
+            await other.execute(self._q["release_lease"], (lease.thread_id, lease.owner))
+
         try:
-            await conn.execute(self._q["unlock"], (key,))
-        except psycopg.Error as exc:  # the connection died: so did its lock
-            log.warning("releasing the run lock of thread %r failed (%s); the lock went with it", thread_id, exc)
+            await self._retrying("run lease release", op)
+        except (psycopg.Error, StorageConnectionError) as exc:
+            log.warning(
+                "thread %r: its run lease could not be released (%s); another run may take the thread when it runs "
+                "out, within %g s",
+                lease.thread_id,
+                exc,
+                self.run_lease,
+            )
+
+    def _claim_params(self, lease: Lease) -> dict[str, Any]:
+        me = self._process()
+        return {
+            "key": lease.key, "t": lease.thread_id, "owner": lease.owner, "host": me.host, "pid": me.pid,
+            "start": me.start, "lease": self.run_lease,
+        }  # fmt: skip
 
     async def _take_lock(
-        self, pool: AsyncConnectionPool, stack: AsyncExitStack, thread_id: str, key: int, after: int | None
+        self, pool: AsyncConnectionPool, stack: AsyncExitStack, lease: Lease, after: int | None
     ) -> tuple[psycopg.AsyncConnection[Any], Any, tuple[int, MessagesAfter] | None]:
-        """The run lock on a pooled connection (kept open by *stack*), the thread's row and, when the run said which
-        (:meth:`read_with_lock`: *after*), its messages, in one round trip. Retried on a lost connection: a lock
-        taken on a connection that then died went with it."""
+        """The run lock and lease on a pooled connection (kept open by *stack*), the thread's row and, when the run
+        said which (:meth:`read_with_lock`: *after*), its messages, in one round trip. Retried on a lost
+        connection: a lock taken on a connection that then died went with it (and the lease is this run's own)."""
+        thread_id, params = lease.thread_id, self._claim_params(lease)
         delay = pg_connect.BACKOFF_START
         for attempt in range(self.retries + 1):
             attempt_stack = AsyncExitStack()
+            sent = time.monotonic()
             try:
                 conn = await attempt_stack.enter_async_context(pool.connection(timeout=self.connect_timeout))
                 async with conn.pipeline():  # one round trip: the lock, then (statements later) what the run reads
-                    locked = await conn.execute(self._q["try_lock"], (key,))
+                    claimed = await conn.execute(self._q["claim_lease"], params)
                     state = await conn.execute(self._q["get_thread"], (thread_id,))
                     if after is not None:
                         listed = await conn.execute(self._q["list_messages_after"], {"t": thread_id, "after": after})
-                row = await locked.fetchone()
+                row = await claimed.fetchone()
                 found = await state.fetchone()
                 messages = None if after is None else (after, _messages_after(await listed.fetchall()))
+                if row is not None and row[0] and not row[1]:
+                    row = await self._take_from_dead(conn, lease, params, Holder.from_row(row[2:]), row)
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 await attempt_stack.__aexit__(type(exc), exc, exc.__traceback__)
                 if not pg_connect.is_transient(exc):
@@ -638,8 +721,98 @@ class PgCheckpointer(BaseCheckpointer):
             stack.push_async_exit(attempt_stack)
             if not row or not row[0]:
                 raise ThreadBusyError(thread_id)
+            lease.confirm(sent, self.run_lease)
+            previous = Holder.from_row(row[2:])
+            if previous is not None and previous.owner != lease.owner and previous.live is False:
+                log.warning(
+                    "thread %r: taken over from %s, whose lease ran out %.1f s ago without being released: calls it "
+                    "had started and not recorded may have run already (this run's resume names them)",
+                    thread_id,
+                    previous.where(self._process()),
+                    -previous.left_s,
+                )
             return conn, found, messages
         raise AssertionError("unreachable")
+
+    async def _take_from_dead(
+        self, conn: psycopg.AsyncConnection[Any], lease: Lease, params: dict[str, Any], holder: Holder | None, row: Any
+    ) -> Any:
+        """The advisory lock was granted but the lease is another run's and has not run out: take it if its holder
+        is known dead (a process of this host that is gone), else let the lock go and refuse the thread."""
+        me = self._process()
+        if holder is not None and holder.dead(me):
+            taken = await conn.execute(self._q["take_lease"], {**params, "from": holder.owner})
+            if await taken.fetchone() is not None:
+                log.warning(
+                    "thread %r: taken over from %s, whose process is gone: calls it had started and not recorded "
+                    "may have run already (this run's resume names them)",
+                    lease.thread_id,
+                    holder.where(me),
+                )
+                return (True, True, *row[2:])
+        await conn.execute(self._q["unlock"], (lease.key,))
+        if holder is None:  # (released between the lock and the claim: another attempt will find it free)
+            raise ThreadBusyError(lease.thread_id)
+        raise ThreadBusyError(lease.thread_id, holder=holder.describe(me), retry_after=max(holder.left_s, 0.0))
+
+    async def _reclaim(self, thread_id: str, what: str, cause: BaseException | None) -> psycopg.AsyncConnection[Any]:
+        """The lock connection died during *what*: take the advisory lock again on a new connection, and extend
+        the lease, if it is still this run's (tried with back-off while the lease lasts, and as long again: the
+        compare on the owner decides). Else the run has lost the thread: :class:`RunLockLostError`."""
+        lease = self._leases[thread_id]
+        if lease.lost is not None:
+            raise RunLockLostError(thread_id, lease.lost)
+        pool = await self._ensure_open()
+        params = self._claim_params(lease)
+        deadline = max(lease.confirmed_until, time.monotonic()) + self.run_lease
+        log.warning(
+            "thread %r: the run lock's connection failed during %s (%s); taking the lock again on a new connection "
+            "(its lease keeps the thread meanwhile)",
+            thread_id,
+            what,
+            cause,
+        )
+        delay = pg_connect.BACKOFF_START
+        while True:
+            attempt = AsyncExitStack()
+            sent = time.monotonic()
+            try:
+                conn = await attempt.enter_async_context(pool.connection(timeout=self.connect_timeout))
+                row = await (await conn.execute(self._q["reclaim_lease"], params)).fetchone()
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                await attempt.__aexit__(type(exc), exc, exc.__traceback__)
+                if not pg_connect.is_transient(exc) or time.monotonic() > deadline:
+                    lease.lost = f"its PostgreSQL connection failed during {what} and was not back within its lease"
+                    raise RunLockLostError(thread_id, f"{lease.lost}: {type(exc).__name__}: {exc}") from exc
+                if pg_connect.is_connection_lost(exc):
+                    await pool.check()
+                await asyncio.sleep(delay)
+                delay = min(delay * pg_connect.BACKOFF_FACTOR, pg_connect.BACKOFF_MAX)
+                continue
+            assert row is not None
+            if row[0] and row[1]:
+                lease.confirm(sent, self.run_lease)
+                self._lock_stacks[thread_id].push_async_exit(attempt)
+                self._lock_conns[thread_id] = conn
+                log.warning("thread %r: run lock taken again on a new connection; the run goes on", thread_id)
+                return conn
+            if row[0]:
+                await conn.execute(self._q["unlock"], (lease.key,))
+            await attempt.aclose()
+            holder = Holder.from_row(row[2:])
+            if holder is not None and holder.owner == lease.owner and time.monotonic() <= deadline:
+                await asyncio.sleep(delay)  # another run holds the advisory lock while it finds the lease ours
+                delay = min(delay * pg_connect.BACKOFF_FACTOR, pg_connect.BACKOFF_MAX)
+                continue
+            taker = "its lease was released" if holder is None else f"{holder.where(self._process())} took its lease"
+            lease.lost = f"its PostgreSQL connection failed during {what}, and meanwhile {taker}"
+            raise RunLockLostError(thread_id, lease.lost)
+
+    def holds_thread(self, thread_id: str) -> bool:
+        """Whether a run of this checkpointer holds *thread_id*'s lease right now (taken, not yet released: a
+        dropped lock connection does not change it, a lost lease does)."""
+        lease = self._leases.get(thread_id)
+        return lease is not None and lease.lost is None and self._unlock_with_write.get(thread_id) != "released"
 
     def release_lock_with_next_write(self, thread_id: str) -> None:
         """The unlock is pipelined behind the run's last state write (it runs after the write commits): a run
@@ -648,12 +821,38 @@ class PgCheckpointer(BaseCheckpointer):
             self._unlock_with_write[thread_id] = "pending"
 
     async def acheck_run_lock(self, thread_id: str) -> None:
-        """No round trip: a run's state reads and writes and its ledger reads go through the lock's own connection
-        (:meth:`_on_thread`), so a dropped connection, and with it the lock, fails the run's next statement. This
-        only reports a connection already known to be gone."""
+        """No round trip while the lease is surely held (renewed in time) and its connection is up: a run's state
+        reads and writes and its ledger reads go through the lock's own connection (:meth:`_on_thread`). Else one:
+        the lease renewed on that connection, or the lock taken again on a new one (:meth:`_reclaim`). Raises
+        :class:`RunLockLostError` once the lease is known to be another run's."""
+        lease = self._leases.get(thread_id)
+        if lease is None:
+            return
+        if lease.lost is not None:
+            raise RunLockLostError(thread_id, lease.lost)
         conn = self._lock_conns.get(thread_id)
-        if conn is not None and (conn.broken or conn.closed):
-            raise RunLockLostError(thread_id, "its PostgreSQL connection was closed")
+        if conn is None or not (conn.broken or conn.closed or time.monotonic() >= lease.confirmed_until):
+            return
+        async with self._lock_guards[thread_id]:
+            conn = self._lock_conns.get(thread_id)
+            if conn is None:
+                return
+            if not (conn.broken or conn.closed):
+                sent = time.monotonic()
+                try:
+                    cur = await conn.execute(self._q["renew_leases"], (self.run_lease, [thread_id], [lease.owner]))
+                    renewed = await cur.fetchone() is not None
+                except psycopg.OperationalError as exc:
+                    if not (conn.broken or conn.closed):
+                        raise
+                    await self._reclaim(thread_id, "its fencing check", exc)
+                    return
+                if not renewed:
+                    lease.lost = "its lease ran out and another run took it (renewals did not reach PostgreSQL)"
+                    raise RunLockLostError(thread_id, lease.lost)
+                lease.confirm(sent, self.run_lease)
+                return
+            await self._reclaim(thread_id, "its fencing check", None)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

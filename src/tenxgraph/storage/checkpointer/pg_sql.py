@@ -47,7 +47,25 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     # status: 'started' for an intent written before an opted-in tool runs, 'completed' for a result
     2: ["ALTER TABLE {schema}.tool_executions ADD COLUMN IF NOT EXISTS status TEXT NOT NULL DEFAULT 'completed'"],
+    # The run lease (see pg_lease): who runs the thread, from which process, until when (renewed while it runs).
+    3: [
+        """CREATE TABLE IF NOT EXISTS {schema}.run_leases (
+            thread_id  TEXT PRIMARY KEY,
+            owner      TEXT NOT NULL,
+            host       TEXT NOT NULL,
+            pid        INTEGER NOT NULL,
+            pid_start  BIGINT NOT NULL,
+            taken_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+            expires_at TIMESTAMPTZ NOT NULL
+        )"""
+    ],
 }
+
+# The run lease's statements (see pg_lease). The advisory lock is taken in the same statement (a MATERIALIZED CTE
+# is evaluated once): the lease is claimed only when it was granted, and the row as it was comes back with it.
+_LEASE_PREVIOUS = """SELECT owner, host, pid, pid_start, expires_at > now() AS live,
+            extract(epoch FROM expires_at - now())::float8 AS left_s
+        FROM {schema}.run_leases WHERE thread_id = %(t)s"""
 
 
 QUERIES = {
@@ -103,6 +121,50 @@ QUERIES = {
         ON CONFLICT (thread_id, key) DO NOTHING""",
     "list_results": "SELECT key, result FROM {schema}.tool_executions WHERE thread_id = %s ORDER BY created_at, key",
     "try_lock": "SELECT pg_try_advisory_lock(%s::bigint)",
+    # The run lock and its lease: the lease is taken only when it is free or has expired (or is this run's own:
+    # a retried claim whose first attempt committed).
+    "claim_lease": """
+        WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock(%(key)s::bigint) AS got),
+        prev AS MATERIALIZED ("""
+    + _LEASE_PREVIOUS
+    + """),
+        claim AS (
+            INSERT INTO {schema}.run_leases AS l (thread_id, owner, host, pid, pid_start, expires_at)
+            SELECT %(t)s, %(owner)s, %(host)s, %(pid)s, %(start)s, now() + %(lease)s * interval '1 second'
+            FROM lock WHERE lock.got
+            ON CONFLICT (thread_id) DO UPDATE SET owner = EXCLUDED.owner, host = EXCLUDED.host, pid = EXCLUDED.pid,
+                pid_start = EXCLUDED.pid_start, taken_at = now(), expires_at = EXCLUDED.expires_at
+            WHERE l.expires_at <= now() OR l.owner = EXCLUDED.owner
+            RETURNING owner
+        )
+        SELECT lock.got, (SELECT count(*) FROM claim) > 0, prev.owner, prev.host, prev.pid, prev.pid_start,
+            prev.live, prev.left_s
+        FROM lock LEFT JOIN prev ON true""",
+    # After a blip: the lock again on a new connection, and the lease extended, only if it is still this run's.
+    "reclaim_lease": """
+        WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock(%(key)s::bigint) AS got),
+        prev AS MATERIALIZED ("""
+    + _LEASE_PREVIOUS
+    + """),
+        renewed AS (
+            UPDATE {schema}.run_leases SET expires_at = now() + %(lease)s * interval '1 second'
+            WHERE thread_id = %(t)s AND owner = %(owner)s AND (SELECT got FROM lock)
+            RETURNING owner
+        )
+        SELECT lock.got, (SELECT count(*) FROM renewed) > 0, prev.owner, prev.host, prev.pid, prev.pid_start,
+            prev.live, prev.left_s
+        FROM lock LEFT JOIN prev ON true""",
+    # The lease of a holder known dead (its process is gone), taken while this run holds the advisory lock.
+    "take_lease": """
+        UPDATE {schema}.run_leases SET owner = %(owner)s, host = %(host)s, pid = %(pid)s, pid_start = %(start)s,
+            taken_at = now(), expires_at = now() + %(lease)s * interval '1 second'
+        WHERE thread_id = %(t)s AND owner = %(from)s
+        RETURNING owner""",
+    "renew_leases": """
+        UPDATE {schema}.run_leases SET expires_at = now() + %s * interval '1 second'
+        WHERE thread_id = ANY(%s) AND owner = ANY(%s)
+        RETURNING owner""",
+    "release_lease": "DELETE FROM {schema}.run_leases WHERE thread_id = %s AND owner = %s",
     "unlock": "SELECT pg_advisory_unlock(%s::bigint)",
     "prune": """
         DELETE FROM {schema}.tool_executions WHERE ctid IN (
