@@ -205,11 +205,16 @@ def dead_connections_reused() -> None:
     async def take(self: Any, pool: AsyncConnectionPool, stack: Any, lease: Any, after: Any) -> Any:
         import time
 
+        from tenxgraph.storage.checkpointer.pg_lease import Holder
+
         conn = await stack.enter_async_context(pool.connection(timeout=self.connect_timeout))
+        params = self._claim_params(lease)
         async with conn.pipeline():
-            locked = await conn.execute(self._q["claim_lease"], self._claim_params(lease))
+            locked = await conn.execute(self._q["claim_lease"], params)
             state = await conn.execute(self._q["get_thread"], (lease.thread_id,))
         row = await locked.fetchone()
+        if row is not None and row[0] and not row[1]:  # (a killed holder's lease, as the real one does)
+            row = await self._take_from_dead(conn, lease, params, Holder.from_row(row[2:]), row)
         if not row or not row[0] or not row[1]:
             from tenxgraph.errors import ThreadBusyError
 
@@ -223,8 +228,10 @@ def dead_connections_reused() -> None:
         raise RunLockLostError(thread_id, f"its connection failed during {what}")  # (it predates the lease)
 
     async def release(self: Any, conn: Any, lease: Any) -> None:
-        with contextlib.suppress(Exception):  # (the connection died: so did its lock)
-            await conn.execute(self._q["unlock"], (lease.key,))
+        with contextlib.suppress(Exception):  # (the connection died: so did its lock; its lease runs out)
+            async with conn.pipeline():
+                await conn.execute(self._q["release_lease"], (lease.thread_id, lease.owner))
+                await conn.execute(self._q["unlock"], (lease.key,))
 
     PgCheckpointer._take_lock = take  # type: ignore[method-assign]
     PgCheckpointer._reclaim = reclaim  # type: ignore[method-assign]

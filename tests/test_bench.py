@@ -65,7 +65,7 @@ def test_in_doubt_opt_in_costs_one_statement_per_call(pg_dsn: str, pg_schema: st
     bench.RoundTrips.reset()
     counting.writes.clear()
     app.invoke(scenario.tenxgraph_input(), {"thread_id": "measured"})
-    assert bench.RoundTrips.statements == 11 + len(counting.writes) + 2  # the plain run's, plus one intent per call
+    assert bench.RoundTrips.statements == 12 + len(counting.writes) + 2  # the plain run's, plus one intent per call
     assert bench.RoundTrips.count == 6 + len(counting.writes) + 2
     bench.close_pg(cp)
 

@@ -18,12 +18,13 @@ from pytest_replaysafe import faults, services
 
 ROOT = Path(__file__).resolve().parents[1]
 REFUND = ROOT / "examples/support_refund/test_support_refund.py"
+PARALLEL = ROOT / "examples/parallel_tools/test_parallel_tools.py"
 
 
-def matrix(folder: Path, mutant: str | None, backend: str, *args: str) -> dict[str, Any]:
+def matrix(folder: Path, mutant: str | None, backend: str, *args: str, example: Path = REFUND) -> dict[str, Any]:
     folder.mkdir()
     (folder / "conftest.py").write_text(f"from tests.mutants import apply\n\napply({mutant!r})\n")
-    (folder / "test_r.py").write_text(REFUND.read_text())
+    (folder / "test_r.py").write_text(example.read_text())
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", "--crash-matrix"]
     command += [f"--crash-backends={backend}", "--crash-seed=3", "--crash-report=r.json", *args, "test_r.py"]
@@ -77,10 +78,27 @@ def test_dropped_connections_never_make_a_call_run_twice(tmp_path: Path, pg_dsn:
     # its lease kept the thread: the run took its lock again on a new connection and finished, and a second worker
     # arriving during the fault (and, with a call in flight, after the lease would have run out) was refused
     assert all("the run went on and finished" in n for n in notes)
-    assert all("a second worker arriving during the fault: refused" in n for n in notes)
-    assert any("later: refused" in n for n in notes)
+    # (at the last advance the run has released the thread with its last write: no second worker comes)
+    assert sum("a second worker arriving during the fault: refused" in n for n in notes) >= len(notes) - 2
+    assert any("later: refused" in n for n in notes) and not any(": finished" in n for n in notes)
     assert "drop PostgreSQL connections terminated" in data["stdout"]  # the grid's legend names the column
     assert all(c["repro"].endswith(f"--crash-faults=drop --crash-hits={c['hit']}") for c in cells)
+
+
+@pytest.mark.xdist_group("pg-drop")
+def test_a_second_worker_during_a_drop_never_runs_an_in_flight_sibling_again(tmp_path: Path, pg_dsn: str) -> None:
+    """#26 in the matrix: parallel calls (examples/parallel_tools), the lock connection dropped while a sibling is
+    in flight, a second worker arriving during the drop and again after the lease would have run out: it is
+    refused every time, and nothing runs twice (tests/mutants.py lease_ignored and lease_not_renewed are caught
+    by these cells)."""
+    os.environ.setdefault(services.ENV_PG, pg_dsn)
+    folder = tmp_path / "parallel"
+    data = matrix(folder, None, "postgres", "--crash-faults=drop", "--crash-modes=drop", example=PARALLEL)
+    cells = data["cells"]
+    assert cells and failing(data) == 0 and {c["outcome"] for c in cells} == {"protected"}
+    in_flight = [c for c in cells if c["point"] in ("tool.in_flight", "tool.after_return")]
+    notes = [e["text"] for c in in_flight for e in c["timeline"] if e["kind"] == "fault"]
+    assert len(notes) >= 4 and all("fault: refused; again 0.9 s later: refused" in n for n in notes)
 
 
 @pytest.mark.xdist_group("pg-drop")
@@ -150,7 +168,9 @@ def test_postgres_unreachable_for_a_while_and_redis_down_never_make_a_call_run_t
     notes = {c["mode"]: [e["text"] for e in c["timeline"] if e["kind"] == "fault"] for c in cells}
     assert all(n and "unreachable" in n[0] for n in notes.values())
     outage = [e["text"] for c in cells if c["mode"] == "outage" for e in c["timeline"] if e["kind"] == "fault"]
-    assert any("the run failed" in n for n in outage)  # and was resumed once PostgreSQL was back
+    # the lease kept the thread through the outage: the run took its lock again once PostgreSQL was back
+    assert all("the run went on and finished" in n for n in outage)
+    assert any("a second worker arriving during the fault: refused" in n for n in outage)
     assert "out PostgreSQL unreachable for a while" in data["stdout"] and "rdwn Redis unreachable" in data["stdout"]
 
 
