@@ -86,7 +86,7 @@ def test_schema_v1_file_is_migrated_in_place(tmp_path: Path) -> None:
     assert cp.put_tool_intent("t", "m:other", {"kind": "intent"}) is True
     cp.close()
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert check.execute("PRAGMA user_version").fetchone()[0] == 4
     indexes = {row[1] for row in check.execute("PRAGMA index_list(messages)")}
     assert "messages_thread_seq" in indexes  # version 3: a turn's rows are found by (thread_id, seq)
     check.close()

@@ -256,6 +256,80 @@ class CheckpointerConformance:
 
         run_sync(main())
 
+    # -- the run lock held across a blip (a lease) ------------------------------------------------------
+    #: Seconds the backend's run lock lasts without renewal (None: it does not expire while its process lives).
+    lease_s: float | None = None
+
+    @pytest.fixture
+    def second_worker(self, checkpointer: BaseCheckpointer) -> BaseCheckpointer:
+        """A checkpointer on the same storage as another worker (another process, another server) would open it.
+        The default is the checkpointer itself (a second run in this process); override it for shared storage."""
+        return checkpointer
+
+    @pytest.fixture
+    def blip(self) -> Any:
+        """``blip(checkpointer, thread_id)`` takes away what holds the thread's run lock while its process lives
+        (a dropped connection, a removed lock file), or None when nothing can (process-local storage)."""
+        return None
+
+    def test_run_lock_refuses_another_worker_and_frees_at_once_when_released(
+        self, checkpointer: BaseCheckpointer, second_worker: BaseCheckpointer
+    ) -> None:
+        tid = _tid()
+
+        async def main() -> None:
+            async with checkpointer.arun_lock(tid):
+                with pytest.raises(ThreadBusyError):
+                    async with second_worker.arun_lock(tid):
+                        pass
+            started = time.monotonic()
+            async with second_worker.arun_lock(tid):  # released: no lease to wait out
+                assert time.monotonic() - started < 1.0
+
+        run_sync(main())
+
+    def test_run_lock_survives_a_blip_while_its_holder_lives(
+        self, checkpointer: BaseCheckpointer, second_worker: BaseCheckpointer, blip: Any
+    ) -> None:
+        """What holds the lock goes away (a dropped connection, a removed lock file) while the run lives: another
+        worker is still refused, and the run goes on (its fencing check passes, its state writes work)."""
+        if blip is None:
+            pytest.skip("this backend's run lock cannot be lost while its process lives")
+        tid = _tid()
+
+        async def main() -> None:
+            async with checkpointer.arun_lock(tid):
+                version = await checkpointer.aput_thread(tid, {"n": 1}, expected_version=0)
+                await asyncio.to_thread(blip, checkpointer, tid)
+                with pytest.raises(ThreadBusyError):
+                    async with second_worker.arun_lock(tid):
+                        pass
+                await checkpointer.acheck_run_lock(tid)
+                assert await checkpointer.aput_thread(tid, {"n": 2}, expected_version=version) == version + 1
+                assert (await checkpointer.aget_thread(tid)).values == {"n": 2}  # type: ignore[union-attr]
+            async with second_worker.arun_lock(tid):  # released when the run ended
+                pass
+
+        run_sync(main())
+
+    def test_run_lock_outlives_its_lease_while_held(
+        self, checkpointer: BaseCheckpointer, second_worker: BaseCheckpointer
+    ) -> None:
+        """Held for three lease lengths (renewed meanwhile): another worker is still refused at the end."""
+        if self.lease_s is None:
+            pytest.skip("this backend's run lock does not expire while its process lives")
+        tid = _tid()
+
+        async def main() -> None:
+            async with checkpointer.arun_lock(tid):
+                await asyncio.sleep(3 * float(self.lease_s or 0))
+                await checkpointer.acheck_run_lock(tid)
+                with pytest.raises(ThreadBusyError):
+                    async with second_worker.arun_lock(tid):
+                        pass
+
+        run_sync(main())
+
     # -- retention --------------------------------------------------------------------------------------
     def test_prune_keeps_young_records_and_records_of_resumable_threads(self, checkpointer: BaseCheckpointer) -> None:
         done, running, failed = _tid(), _tid(), _tid()

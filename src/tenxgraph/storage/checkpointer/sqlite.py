@@ -16,6 +16,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
@@ -36,7 +37,8 @@ from tenxgraph.storage.checkpointer.base import (
     migration_plan,
     prune_in_batches,
 )
-from tenxgraph.storage.checkpointer.sqlite_lock import OFD_SETLK, lock_byte
+from tenxgraph.storage.checkpointer.holders import Holder, Process
+from tenxgraph.storage.checkpointer.sqlite_lock import OFD_SETLK, HeldLock
 from tenxgraph.storage.checkpointer.sqlite_sql import MAX_VARS, MIGRATIONS, PRUNE, PUT_RESULT, insert_messages
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.sync import to_thread
@@ -81,6 +83,10 @@ class SqliteCheckpointer(BaseCheckpointer):
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
+        # The run locks of this process: the lock, the run's lease owner token, and the lease row's state: "todo"
+        # (written with the run's first state write), "written", "release" (deleted with the next), "released".
+        self._held: dict[str, tuple[HeldLock, str]] = {}
+        self._lease_rows: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"SqliteCheckpointer({str(self.path)!r})"
@@ -164,7 +170,24 @@ class SqliteCheckpointer(BaseCheckpointer):
                 (thread_id, actual + 1, text, time.time()),
             )
             insert_messages(conn, thread_id, encoded)
+            self._write_lease(conn, thread_id)
         return int(actual) + 1
+
+    def _write_lease(self, conn: sqlite3.Connection, thread_id: str) -> None:
+        """The lease row in a state write's own transaction: no commit of its own."""
+        held, row = self._held.get(thread_id), self._lease_rows.get(thread_id)
+        if held is None or row is None:
+            return
+        if row == "todo":
+            me = Process.current()
+            conn.execute(
+                "INSERT OR REPLACE INTO run_leases (thread_id, owner, host, pid, pid_start) VALUES (?, ?, ?, ?, ?)",
+                (thread_id, held[1], me.host, me.pid, me.start),
+            )
+            self._lease_rows[thread_id] = "written"
+        elif row == "release":
+            conn.execute("DELETE FROM run_leases WHERE thread_id = ? AND owner = ?", (thread_id, held[1]))
+            self._lease_rows[thread_id] = "released"
 
     # -- messages ---------------------------------------------------------------------------------------
     async def alist_messages(self, thread_id: str) -> list[Message]:
@@ -291,7 +314,7 @@ class SqliteCheckpointer(BaseCheckpointer):
 
     async def adelete_thread(self, thread_id: str) -> None:
         with self._tx() as conn:
-            for table in ("tool_executions", "messages", "threads"):
+            for table in ("tool_executions", "messages", "threads", "run_leases"):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
     @asynccontextmanager
@@ -299,7 +322,12 @@ class SqliteCheckpointer(BaseCheckpointer):
         """An exclusive lock on one byte of ``<database>.lock``, at an offset taken from the thread id's hash: every
         process on this database sees it, the kernel releases it when the holder dies, and no file is left per
         thread. Linux open-file-description locks (``F_OFD_SETLK``) conflict between two runs of one process too;
-        where they do not exist, a ``flock`` on a file per thread (in ``<database>.locks/``) stands in."""
+        where they do not exist, a ``flock`` on a file per thread (in ``<database>.locks/``) stands in.
+
+        And a lease row (``run_leases``: owner, host, pid, process start), written in the run's first state write
+        and deleted in its last (no commit of its own): a run that gets the byte lock while that row names a live
+        process of this host is refused, so a lock file that another process removed or replaced does not hand
+        the thread to a second run while its holder lives; a holder that is gone is taken over at once."""
         check_thread_id(thread_id)
         digest = hashlib.sha256(thread_id.encode()).digest()
         if OFD_SETLK is None:
@@ -307,15 +335,64 @@ class SqliteCheckpointer(BaseCheckpointer):
             path.parent.mkdir(exist_ok=True)
         else:
             path = Path(f"{self.path}.lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, self.file_mode)
         try:
-            try:
-                lock_byte(fd, int.from_bytes(digest[:8]) >> 2)  # 62 bits: a positive offset that cannot overflow
-            except (BlockingIOError, PermissionError):
-                raise ThreadBusyError(thread_id) from None
+            held = HeldLock(str(path), int.from_bytes(digest[:8]) >> 2, self.file_mode)  # 62 bits: positive offset
+        except (BlockingIOError, PermissionError):
+            raise ThreadBusyError(thread_id) from None
+        try:
+            self._check_lease_row(thread_id)
+        except BaseException:
+            held.close()
+            raise
+        self._held[thread_id], self._lease_rows[thread_id] = (held, uuid.uuid4().hex), "todo"
+        try:
             yield  # closing the descriptor (below) releases the lock
         finally:
-            os.close(fd)
+            owner = self._held.pop(thread_id)[1]
+            if self._lease_rows.pop(thread_id, None) in ("written", "release"):  # (not deleted by the last write)
+                with self._tx() as conn:
+                    conn.execute("DELETE FROM run_leases WHERE thread_id = ? AND owner = ?", (thread_id, owner))
+            held.close()
+
+    def _check_lease_row(self, thread_id: str) -> None:
+        """Refuse the thread while its lease row names a live process of this host (its lock file was removed
+        or replaced under it); a row whose process is gone is taken over, with a warning."""
+        rows = self._read("SELECT owner, host, pid, pid_start FROM run_leases WHERE thread_id = ?", (thread_id,))
+        if not rows:
+            return
+        owner, host, pid, start = rows[0]
+        holder, me = Holder(str(owner), str(host), int(str(pid)), int(str(start)), True, 0.0), Process.current()
+        if holder.host == me.host and not holder.dead(me):
+            raise ThreadBusyError(
+                thread_id,
+                holder=f"{holder.where(me)} runs it, though the run lock file {self.path}.lock was removed or "
+                "replaced under it",
+            )
+        log.warning(
+            "thread %r: taken over from %s, which did not end its run: calls it had started and not recorded may "
+            "have run already (this run's resume names them)",
+            thread_id,
+            holder.where(me),
+        )
+
+    def release_lock_with_next_write(self, thread_id: str) -> None:
+        """The lease row is deleted in the run's last state write (the lock file's byte when the run ends)."""
+        if self._lease_rows.get(thread_id) == "written":
+            self._lease_rows[thread_id] = "release"
+
+    async def acheck_run_lock(self, thread_id: str) -> None:
+        """One ``stat``: if another process removed or replaced the lock file, the lock is taken again on the new
+        file (a run that holds it there meanwhile is refused by the lease row, and lets it go)."""
+        held = self._held.get(thread_id)
+        if held is None or not held[0].moved():
+            return
+        again = held[0].retake()
+        log.warning(
+            "thread %r: its run lock file %s.lock was removed or replaced by another process; %s",
+            thread_id,
+            self.path,
+            "the lock is taken again on the new file" if again else "another run holds the new file's lock for now",
+        )
 
     async def aclose(self) -> None:
         with self._lock:

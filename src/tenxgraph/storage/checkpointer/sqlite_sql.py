@@ -33,6 +33,12 @@ MIGRATIONS: dict[int, list[str]] = {
     1: [s for s in SCHEMA.split(";") if s.strip()],
     2: ["ALTER TABLE tool_executions ADD COLUMN status TEXT NOT NULL DEFAULT 'completed'"],
     3: ["CREATE INDEX IF NOT EXISTS messages_thread_seq ON messages (thread_id, seq)"],
+    # The run lease: which process runs the thread (written with the run's first state write, deleted with its
+    # last), so that a lock file another process removed does not let a second run in while the first lives.
+    4: [
+        "CREATE TABLE IF NOT EXISTS run_leases (thread_id TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT NOT NULL, "
+        "pid INTEGER NOT NULL, pid_start INTEGER NOT NULL)"
+    ],
 }
 PUT_RESULT = (
     "INSERT INTO tool_executions (thread_id, key, result, created_at, status) VALUES (?, ?, ?, ?, 'completed') "
