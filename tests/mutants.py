@@ -199,19 +199,20 @@ def dead_connections_reused() -> None:
     from psycopg_pool import AsyncConnectionPool
 
     from tenxgraph.storage.checkpointer import pg_connect
+    from tenxgraph.storage.checkpointer.pg_run_lock import PgRunLocks
 
     pg_connect.is_connection_lost = lambda exc: False
 
-    async def take(self: Any, pool: AsyncConnectionPool, stack: Any, lease: Any, after: Any) -> Any:
+    async def take(self: Any, pool: AsyncConnectionPool, stack: Any, lease: Any, reads: Any) -> Any:
         import time
 
         from tenxgraph.storage.checkpointer.pg_lease import Holder
 
-        conn = await stack.enter_async_context(pool.connection(timeout=self.connect_timeout))
+        conn = await stack.enter_async_context(pool.connection(timeout=self.host.connect_timeout))
         params = self._claim_params(lease)
         async with conn.pipeline():
-            locked = await conn.execute(self._q["claim_lease"], params)
-            state = await conn.execute(self._q["get_thread"], (lease.thread_id,))
+            locked = await conn.execute(self.q["claim_lease"], params)
+            fetch = await reads(conn)
         row = await locked.fetchone()
         if row is not None and row[0] and not row[1]:  # (a killed holder's lease, as the real one does)
             row = await self._take_from_dead(conn, lease, params, Holder.from_row(row[2:]), row)
@@ -219,8 +220,8 @@ def dead_connections_reused() -> None:
             from tenxgraph.errors import ThreadBusyError
 
             raise ThreadBusyError(lease.thread_id)
-        lease.confirm(time.monotonic(), self.run_lease)
-        return conn, await state.fetchone(), None  # (no messages read with the lock: the run reads them itself)
+        lease.confirm(time.monotonic(), self.host.run_lease)
+        return conn, await fetch()
 
     async def reclaim(self: Any, thread_id: str, what: str, cause: Any) -> Any:
         from tenxgraph.errors import RunLockLostError
@@ -230,12 +231,12 @@ def dead_connections_reused() -> None:
     async def release(self: Any, conn: Any, lease: Any) -> None:
         with contextlib.suppress(Exception):  # (the connection died: so did its lock; its lease runs out)
             async with conn.pipeline():
-                await conn.execute(self._q["release_lease"], (lease.thread_id, lease.owner))
-                await conn.execute(self._q["unlock"], (lease.key,))
+                await conn.execute(self.q["release_lease"], (lease.thread_id, lease.owner))
+                await conn.execute(self.q["unlock"], (lease.key,))
 
-    PgCheckpointer._take_lock = take  # type: ignore[method-assign]
-    PgCheckpointer._reclaim = reclaim  # type: ignore[method-assign]
-    PgCheckpointer._release = release  # type: ignore[method-assign]
+    PgRunLocks._take_lock = take  # type: ignore[method-assign]
+    PgRunLocks._reclaim = reclaim  # type: ignore[method-assign]
+    PgRunLocks._release = release  # type: ignore[method-assign]
 
 
 def lease_ignored() -> None:

@@ -14,15 +14,16 @@ read is one ``SELECT ... key = ANY(...)``; a state write is one statement (compa
 in CTEs); taking the run lock and the run's first reads (the thread's state and its new messages) share one
 pipelined round trip, and so do the run's last write and the lock's release. While a run holds its thread's run
 lock, its state reads and writes and its ledger reads use the lock's own connection (fencing), one statement or
-pipeline at a time (other readers of the thread in this process share it). Only transient failures are retried
-(:mod:`.pg_connect`); a retried state write whose first attempt may have committed is recognised as ours instead of
-being reported stale.
+pipeline at a time (other readers of the thread in this process share it); the thread is also held by a lease,
+so a dropped lock connection does not hand it to another worker while the run lives (:mod:`.pg_lease`). Only
+transient failures are retried (:mod:`.pg_connect`); a retried state write whose first attempt may have committed
+is recognised as ours instead of being reported stale.
 
-Its SQL is in :mod:`.pg_sql`, connecting and retries in :mod:`.pg_connect`, the Redis cache in :mod:`.pg_cache`.
-This module stays over the ~350-line guideline on purpose: it is one class, the whole checkpointer contract on
-PostgreSQL (connection lifecycle across forks and event loops, the run lock with fencing, a transactional tool's
-transaction, and each method's statement), and splitting the class would scatter one contract over several
-files.
+Its SQL is in :mod:`.pg_sql`, connecting and retries in :mod:`.pg_connect`, the Redis cache in :mod:`.pg_cache`,
+the run locks and their leases in :mod:`.pg_run_lock` and :mod:`.pg_lease`. This module stays over the ~350-line
+guideline on purpose: it is one class, the checkpointer contract on PostgreSQL (connection lifecycle across forks
+and event loops, a transactional tool's transaction, and each method's statement, with the reads and writes that
+travel with the run lock), and splitting the class would scatter one contract over several files.
 """
 
 from __future__ import annotations
@@ -32,20 +33,17 @@ import hashlib
 import logging
 import os
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from tenxgraph.core.state.messages import JSON, Message, dumps
 from tenxgraph.errors import (
     ConfigError,
-    RunLockLostError,
     SerializationError,
     StaleStateError,
     StorageConnectionError,
-    ThreadBusyError,
 )
 from tenxgraph.storage.checkpointer.base import (
     RESUMABLE_STATUSES,
@@ -70,7 +68,8 @@ try:
 
     import tenxgraph.storage.checkpointer.pg_connect as pg_connect
     from tenxgraph.storage.checkpointer.pg_cache import RedisStateCache, thread_key
-    from tenxgraph.storage.checkpointer.pg_lease import DEFAULT_LEASE_S, Holder, Lease, Process, Renewer
+    from tenxgraph.storage.checkpointer.pg_lease import DEFAULT_LEASE_S
+    from tenxgraph.storage.checkpointer.pg_run_lock import NotHeld, PgRunLocks
     from tenxgraph.storage.checkpointer.pg_sql import MIGRATIONS, QUERIES, json_rows
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(f"{_EXTRA_HINT} ({exc})") from exc
@@ -80,6 +79,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(LOGGER_NAME)
 T = TypeVar("T")
+#: The run's first reads, made in its run lock's round trip: the thread's state, and its messages after a number.
+FirstReads: TypeAlias = tuple[ThreadSnapshot | None, tuple[int, MessagesAfter] | None]
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -148,28 +149,17 @@ class PgCheckpointer(BaseCheckpointer):
         #: The schema is known to be set up (survives a fork: a forked child neither probes nor sets up again).
         self._set_up = False
         self._open_lock: asyncio.Lock | None = None
-        self._lock_conns: dict[str, psycopg.AsyncConnection[Any]] = {}  # run locks held by this process
-        # One statement (or pipeline) at a time on a lock's connection: the run and any other reader of its thread
-        # in this process (a server's state endpoint) share it, and a pipeline must not take in a stranger's query.
-        self._lock_guards: dict[str, asyncio.Lock] = {}
         # The thread's state, read in the same round trip as taking its lock (a run's first read), until used.
         self._read_with_lock: dict[str, ThreadSnapshot | None] = {}
         # Which messages a run will read first (read_with_lock), and those messages, read in the same round trip.
         self._messages_hint: dict[str, int] = {}
         self._messages_with_lock: dict[str, tuple[int, MessagesAfter]] = {}
-        # Threads whose next state write is their run's last: "pending", then "released" once the unlock went
-        # in the same round trip as that write (see release_lock_with_next_write).
-        self._unlock_with_write: dict[str, str] = {}
-        # The run leases of this process (by thread), what keeps each lock's connections, and their renewer.
-        self._leases: dict[str, Lease] = {}
-        self._lock_stacks: dict[str, AsyncExitStack] = {}
-        self._renewer: Renewer | None = None
-        self._me: Process | None = None
         # Rendered once to plain strings (the schema is a validated identifier): psycopg caches the parsing of
         # str queries, while a sql.Composed is converted again on every call.
         self._q = {
             name: sql.SQL(text).format(schema=sql.Identifier(self.schema)).as_string() for name, text in QUERIES.items()
         }
+        self._locks = PgRunLocks(self)  # the run locks this process holds (pg_run_lock.py)
 
     def __repr__(self) -> str:
         cache = " +redis" if self._cache is not None else ""
@@ -184,9 +174,8 @@ class PgCheckpointer(BaseCheckpointer):
         loop = asyncio.get_running_loop()
         if self._pid != os.getpid():  # a forked child never uses the parent's sockets
             self._pid, self._loop, self._ready, self._open_lock = os.getpid(), None, False, None
-            self._lock_conns, self._lock_guards, self._read_with_lock, self._unlock_with_write = {}, {}, {}, {}
-            self._messages_hint, self._messages_with_lock = {}, {}
-            self._leases, self._lock_stacks, self._renewer, self._me = {}, {}, None, None  # (the thread stayed behind)
+            self._read_with_lock, self._messages_hint, self._messages_with_lock = {}, {}, {}
+            self._locks = PgRunLocks(self)  # (the parent's renewer thread stayed behind)
             self._pool = self._user_pool if self.postgres_dsn is None else None
             if self._cache is not None:
                 self._cache.forget_after_fork()
@@ -266,16 +255,9 @@ class PgCheckpointer(BaseCheckpointer):
         (if that connection dies, the lock is taken again on a new one while the lease is still this run's, and
         *op* runs again there; else the run stops with :class:`RunLockLostError`), else on the pool with
         retries."""
-        guard = self._lock_guards.get(thread_id)
-        if guard is not None:
-            async with guard:
-                while (conn := self._lock_conns.get(thread_id)) is not None:  # (None: the run ended meanwhile)
-                    try:
-                        return await op(conn)
-                    except psycopg.OperationalError as exc:
-                        if not (conn.broken or conn.closed):
-                            raise
-                        await self._reclaim(thread_id, f"the {what}", exc)  # (or RunLockLostError: the run stops)
+        held = await self._locks.run(thread_id, what, op)
+        if not isinstance(held, NotHeld):
+            return held
         return await self._retrying(what, op)
 
     async def asetup(self) -> None:
@@ -356,20 +338,8 @@ class PgCheckpointer(BaseCheckpointer):
         async def op(conn: psycopg.AsyncConnection[Any]) -> int:
             nonlocal attempts
             attempts += 1
-            if self._unlock_with_write.get(thread_id) == "pending" and conn is self._lock_conns.get(thread_id):
-                # One round trip: the write, its commit, then the run lock's release. The explicit COMMIT matters:
-                # a pipeline's statements share one implicit transaction until its sync, so without it the lock
-                # would be free before the write committed, and the next run could read the state before it.
-                lease = self._leases[thread_id]
-                if self._renewer is not None:
-                    self._renewer.remove(lease)  # (a renewal must not find the row gone and call the run lost)
-                async with conn.pipeline():  # the lease goes in the write's own transaction: no commit of its own
-                    await conn.execute("BEGIN")
-                    cur = await conn.execute(query, params)
-                    await conn.execute(self._q["release_lease"], (thread_id, lease.owner))
-                    await conn.execute("COMMIT")
-                    await conn.execute(self._q["unlock"], (lease.key,))
-                self._unlock_with_write[thread_id] = "released"
+            if self._locks.last_write_releases(thread_id, conn):  # one round trip: the write, then the release
+                cur = await self._locks.write_and_release(conn, thread_id, query, params)
             else:
                 cur = await conn.execute(query, params)
             row = await cur.fetchone()
@@ -569,9 +539,7 @@ class PgCheckpointer(BaseCheckpointer):
             return
         if self._cache is not None:
             await self._cache.close()
-        if self._renewer is not None:
-            self._renewer.close()
-            self._renewer = None
+        self._locks.close()
         if self._pool is not None and self._user_pool is None:
             await self._pool.close()
             self._pool = None
@@ -596,30 +564,27 @@ class PgCheckpointer(BaseCheckpointer):
         check_thread_id(thread_id)
         after = self._messages_hint.pop(thread_id, None)  # (taken now: nothing is left behind if opening fails)
         pool = await self._ensure_open()
-        lease = Lease(thread_id, self.run_lock_key(thread_id))
-        async with AsyncExitStack() as stack:
-            conn, found, messages = await self._take_lock(pool, stack, lease, after)
-            self._read_with_lock[thread_id] = (
-                None if found is None else ThreadSnapshot(thread_id, found[1], int(found[0]))
-            )
+
+        async def reads(conn: psycopg.AsyncConnection[Any]) -> Callable[[], Awaitable[FirstReads]]:
+            state = await conn.execute(self._q["get_thread"], (thread_id,))
+            if after is not None:
+                listed = await conn.execute(self._q["list_messages_after"], {"t": thread_id, "after": after})
+
+            async def fetch() -> FirstReads:
+                found = await state.fetchone()
+                snapshot = None if found is None else ThreadSnapshot(thread_id, found[1], int(found[0]))
+                return snapshot, None if after is None else (after, _messages_after(await listed.fetchall()))
+
+            return fetch
+
+        async with self._locks.hold(pool, thread_id, self.run_lock_key(thread_id), reads) as (found, messages):
+            self._read_with_lock[thread_id] = found
             if messages is not None:
                 self._messages_with_lock[thread_id] = messages
-            guard = self._lock_guards[thread_id] = asyncio.Lock()
-            self._lock_conns[thread_id] = conn
-            self._lock_stacks[thread_id] = stack
-            self._leases[thread_id] = lease
-            self._renewer_for(pool).add(lease)
             try:
                 yield
             finally:
-                async with guard:  # a reader on this connection finishes first; later ones go to the pool
-                    self._renewer_for(pool).remove(lease)
-                    conn = self._lock_conns.pop(thread_id, conn)
-                    for held in (self._lock_guards, self._lock_stacks, self._leases):
-                        held.pop(thread_id, None)
-                    self._forget_reads_with_lock(thread_id)
-                    if self._unlock_with_write.pop(thread_id, None) != "released":  # not behind the last write
-                        await self._release(conn, lease)
+                self._forget_reads_with_lock(thread_id)
 
     def read_with_lock(self, thread_id: str, messages_after: int) -> None:
         """The messages are read in the lock's own round trip too (a third pipelined statement): a turn of a
@@ -630,229 +595,20 @@ class PgCheckpointer(BaseCheckpointer):
         self._read_with_lock.pop(thread_id, None)
         self._messages_with_lock.pop(thread_id, None)
 
-    def _renewer_for(self, pool: AsyncConnectionPool) -> Renewer:
-        """The renewer of this process's leases (made on first use), on a connection of its own to the pool's
-        server."""
-        if self._renewer is None:
-            conninfo = self.postgres_dsn or (pool.conninfo if isinstance(pool.conninfo, str) else None)
-            if conninfo is None:
-                raise ConfigError(
-                    "PgCheckpointer(pool=...) needs a pool whose conninfo is a string: run leases are renewed on a "
-                    "connection of their own; pass such a pool, or postgres_dsn="
-                )
-            given = pool.kwargs if isinstance(pool.kwargs, dict) else {}
-            kwargs = {k: v for k, v in given.items() if k != "autocommit"}
-            query = self._q["renew_leases"]
-            self._renewer = Renewer(conninfo, kwargs, query, self.run_lease, self.connect_timeout)
-        return self._renewer
-
-    def _process(self) -> Process:
-        if self._me is None or self._me.pid != os.getpid():
-            self._me = Process.current(self.lease_host)
-        return self._me
-
-    async def _release(self, conn: psycopg.AsyncConnection[Any], lease: Lease) -> None:
-        """The lease's row, then the advisory lock, in one round trip; the row through the pool if the lock's
-        connection is gone (its lock went with it), so that the next run need not wait for the lease to run out."""
-        if not (conn.broken or conn.closed):
-            try:
-                async with conn.pipeline():
-                    await conn.execute(self._q["release_lease"], (lease.thread_id, lease.owner))
-                    await conn.execute(self._q["unlock"], (lease.key,))
-                return
-            except psycopg.Error as exc:  # the connection died: so did its lock; the row is deleted below
-                log.warning(
-                    "releasing the run lock of thread %r failed (%s); releasing its lease", lease.thread_id, exc
-                )
-
-        async def op(other: psycopg.AsyncConnection[Any]) -> None:
-            await other.execute(self._q["release_lease"], (lease.thread_id, lease.owner))
-
-        try:
-            await self._retrying("run lease release", op)
-        except (psycopg.Error, StorageConnectionError) as exc:
-            log.warning(
-                "thread %r: its run lease could not be released (%s); another run may take the thread when it runs "
-                "out, within %g s",
-                lease.thread_id,
-                exc,
-                self.run_lease,
-            )
-
-    def _claim_params(self, lease: Lease) -> dict[str, Any]:
-        me = self._process()
-        return {
-            "key": lease.key, "t": lease.thread_id, "owner": lease.owner, "host": me.host, "pid": me.pid,
-            "start": me.start, "lease": self.run_lease,
-        }  # fmt: skip
-
-    async def _take_lock(
-        self, pool: AsyncConnectionPool, stack: AsyncExitStack, lease: Lease, after: int | None
-    ) -> tuple[psycopg.AsyncConnection[Any], Any, tuple[int, MessagesAfter] | None]:
-        """The run lock and lease on a pooled connection (kept open by *stack*), the thread's row and, when the run
-        said which (:meth:`read_with_lock`: *after*), its messages, in one round trip. Retried on a lost
-        connection: a lock taken on a connection that then died went with it (and the lease is this run's own)."""
-        thread_id, params = lease.thread_id, self._claim_params(lease)
-        delay = pg_connect.BACKOFF_START
-        for attempt in range(self.retries + 1):
-            attempt_stack = AsyncExitStack()
-            sent = time.monotonic()
-            try:
-                conn = await attempt_stack.enter_async_context(pool.connection(timeout=self.connect_timeout))
-                async with conn.pipeline():  # one round trip: the lock, then (statements later) what the run reads
-                    claimed = await conn.execute(self._q["claim_lease"], params)
-                    state = await conn.execute(self._q["get_thread"], (thread_id,))
-                    if after is not None:
-                        listed = await conn.execute(self._q["list_messages_after"], {"t": thread_id, "after": after})
-                row = await claimed.fetchone()
-                found = await state.fetchone()
-                messages = None if after is None else (after, _messages_after(await listed.fetchall()))
-                if row is not None and row[0] and not row[1]:
-                    row = await self._take_from_dead(conn, lease, params, Holder.from_row(row[2:]), row)
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                await attempt_stack.__aexit__(type(exc), exc, exc.__traceback__)
-                if not pg_connect.is_transient(exc):
-                    raise
-                delay = await self._before_retry(pool, "run lock", exc, attempt, delay)
-                continue
-            except BaseException as exc:
-                await attempt_stack.__aexit__(type(exc), exc, exc.__traceback__)
-                raise
-            stack.push_async_exit(attempt_stack)
-            if not row or not row[0]:
-                raise ThreadBusyError(thread_id)
-            lease.confirm(sent, self.run_lease)
-            previous = Holder.from_row(row[2:])
-            if previous is not None and previous.owner != lease.owner and previous.live is False:
-                log.warning(
-                    "thread %r: taken over from %s, whose lease ran out %.1f s ago without being released: calls it "
-                    "had started and not recorded may have run already (this run's resume names them)",
-                    thread_id,
-                    previous.where(self._process()),
-                    -previous.left_s,
-                )
-            return conn, found, messages
-        raise AssertionError("unreachable")
-
-    async def _take_from_dead(
-        self, conn: psycopg.AsyncConnection[Any], lease: Lease, params: dict[str, Any], holder: Holder | None, row: Any
-    ) -> Any:
-        """The advisory lock was granted but the lease is another run's and has not run out: take it if its holder
-        is known dead (a process of this host that is gone), else let the lock go and refuse the thread."""
-        me = self._process()
-        if holder is not None and holder.dead(me):
-            taken = await conn.execute(self._q["take_lease"], {**params, "from": holder.owner})
-            if await taken.fetchone() is not None:
-                log.warning(
-                    "thread %r: taken over from %s, whose process is gone: calls it had started and not recorded "
-                    "may have run already (this run's resume names them)",
-                    lease.thread_id,
-                    holder.where(me),
-                )
-                return (True, True, *row[2:])
-        await conn.execute(self._q["unlock"], (lease.key,))
-        if holder is None:  # (released between the lock and the claim: another attempt will find it free)
-            raise ThreadBusyError(lease.thread_id)
-        raise ThreadBusyError(lease.thread_id, holder=holder.describe(me), retry_after=max(holder.left_s, 0.0))
-
-    async def _reclaim(self, thread_id: str, what: str, cause: BaseException | None) -> psycopg.AsyncConnection[Any]:
-        """The lock connection died during *what*: take the advisory lock again on a new connection, and extend
-        the lease, if it is still this run's (tried with back-off while the lease lasts, and as long again: the
-        compare on the owner decides). Else the run has lost the thread: :class:`RunLockLostError`."""
-        lease = self._leases[thread_id]
-        if lease.lost is not None:
-            raise RunLockLostError(thread_id, lease.lost)
-        pool = await self._ensure_open()
-        params = self._claim_params(lease)
-        deadline = max(lease.confirmed_until, time.monotonic()) + self.run_lease
-        log.warning(
-            "thread %r: the run lock's connection failed during %s (%s); taking the lock again on a new connection "
-            "(its lease keeps the thread meanwhile)",
-            thread_id,
-            what,
-            cause,
-        )
-        delay = pg_connect.BACKOFF_START
-        while True:
-            attempt = AsyncExitStack()
-            sent = time.monotonic()
-            try:
-                conn = await attempt.enter_async_context(pool.connection(timeout=self.connect_timeout))
-                row = await (await conn.execute(self._q["reclaim_lease"], params)).fetchone()
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                await attempt.__aexit__(type(exc), exc, exc.__traceback__)
-                if not pg_connect.is_transient(exc) or time.monotonic() > deadline:
-                    lease.lost = f"its PostgreSQL connection failed during {what} and was not back within its lease"
-                    raise RunLockLostError(thread_id, f"{lease.lost}: {type(exc).__name__}: {exc}") from exc
-                if pg_connect.is_connection_lost(exc):
-                    await pool.check()
-                await asyncio.sleep(delay)
-                delay = min(delay * pg_connect.BACKOFF_FACTOR, pg_connect.BACKOFF_MAX)
-                continue
-            assert row is not None
-            if row[0] and row[1]:
-                lease.confirm(sent, self.run_lease)
-                self._lock_stacks[thread_id].push_async_exit(attempt)
-                self._lock_conns[thread_id] = conn
-                log.warning("thread %r: run lock taken again on a new connection; the run goes on", thread_id)
-                return conn
-            if row[0]:
-                await conn.execute(self._q["unlock"], (lease.key,))
-            await attempt.aclose()
-            holder = Holder.from_row(row[2:])
-            if holder is not None and holder.owner == lease.owner and time.monotonic() <= deadline:
-                await asyncio.sleep(delay)  # another run holds the advisory lock while it finds the lease ours
-                delay = min(delay * pg_connect.BACKOFF_FACTOR, pg_connect.BACKOFF_MAX)
-                continue
-            taker = "its lease was released" if holder is None else f"{holder.where(self._process())} took its lease"
-            lease.lost = f"its PostgreSQL connection failed during {what}, and meanwhile {taker}"
-            raise RunLockLostError(thread_id, lease.lost)
-
     def holds_thread(self, thread_id: str) -> bool:
         """Whether a run of this checkpointer holds *thread_id*'s lease right now (taken, not yet released: a
         dropped lock connection does not change it, a lost lease does)."""
-        lease = self._leases.get(thread_id)
-        return lease is not None and lease.lost is None and self._unlock_with_write.get(thread_id) != "released"
+        return self._locks.holds(thread_id)
 
     def release_lock_with_next_write(self, thread_id: str) -> None:
         """The unlock is pipelined behind the run's last state write (it runs after the write commits): a run
         costs one round trip less. Only on the lock's own connection, and only while this process holds it."""
-        if thread_id in self._lock_conns:
-            self._unlock_with_write[thread_id] = "pending"
+        self._locks.release_with_next_write(thread_id)
 
     async def acheck_run_lock(self, thread_id: str) -> None:
-        """No round trip while the lease is surely held (renewed in time) and its connection is up: a run's state
-        reads and writes and its ledger reads go through the lock's own connection (:meth:`_on_thread`). Else one:
-        the lease renewed on that connection, or the lock taken again on a new one (:meth:`_reclaim`). Raises
-        :class:`RunLockLostError` once the lease is known to be another run's."""
-        lease = self._leases.get(thread_id)
-        if lease is None:
-            return
-        if lease.lost is not None:
-            raise RunLockLostError(thread_id, lease.lost)
-        conn = self._lock_conns.get(thread_id)
-        if conn is None or not (conn.broken or conn.closed or time.monotonic() >= lease.confirmed_until):
-            return
-        async with self._lock_guards[thread_id]:
-            conn = self._lock_conns.get(thread_id)
-            if conn is None:
-                return
-            if not (conn.broken or conn.closed):
-                sent = time.monotonic()
-                try:
-                    cur = await conn.execute(self._q["renew_leases"], (self.run_lease, [thread_id], [lease.owner]))
-                    renewed = await cur.fetchone() is not None
-                except psycopg.OperationalError as exc:
-                    if not (conn.broken or conn.closed):
-                        raise
-                    await self._reclaim(thread_id, "its fencing check", exc)
-                    return
-                if not renewed:
-                    lease.lost = "its lease ran out and another run took it (renewals did not reach PostgreSQL)"
-                    raise RunLockLostError(thread_id, lease.lost)
-                lease.confirm(sent, self.run_lease)
-                return
-            await self._reclaim(thread_id, "its fencing check", None)
+        """No round trip while the lease is surely held (renewed in time) and its connection is up; else one (see
+        :meth:`.pg_run_lock.PgRunLocks.check`). :class:`RunLockLostError` once the lease is another run's."""
+        await self._locks.check(thread_id)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

@@ -6,6 +6,10 @@
   ``timeout`` seconds for it; each process (and each forked child) opens its own connection.
 - Calls are short and synchronous under the hood (the file is local); the async methods do not yield while a
   statement runs.
+- The run lock is a byte of a lock file (:mod:`.sqlite_lock`) and a lease row written with the run's own writes.
+
+This module stays somewhat over the ~350-line guideline: it is one class, the whole checkpointer contract on
+SQLite, each method one short transaction; its lock primitives and SQL are already in modules of their own.
 """
 
 from __future__ import annotations
@@ -37,8 +41,7 @@ from tenxgraph.storage.checkpointer.base import (
     migration_plan,
     prune_in_batches,
 )
-from tenxgraph.storage.checkpointer.holders import Holder, Process
-from tenxgraph.storage.checkpointer.sqlite_lock import OFD_SETLK, HeldLock
+from tenxgraph.storage.checkpointer.sqlite_lock import OFD_SETLK, HeldLock, refuse_a_live_holder, write_lease_row
 from tenxgraph.storage.checkpointer.sqlite_sql import MAX_VARS, MIGRATIONS, PRUNE, PUT_RESULT, insert_messages
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.sync import to_thread
@@ -176,18 +179,8 @@ class SqliteCheckpointer(BaseCheckpointer):
     def _write_lease(self, conn: sqlite3.Connection, thread_id: str) -> None:
         """The lease row in a state write's own transaction: no commit of its own."""
         held, row = self._held.get(thread_id), self._lease_rows.get(thread_id)
-        if held is None or row is None:
-            return
-        if row == "todo":
-            me = Process.current()
-            conn.execute(
-                "INSERT OR REPLACE INTO run_leases (thread_id, owner, host, pid, pid_start) VALUES (?, ?, ?, ?, ?)",
-                (thread_id, held[1], me.host, me.pid, me.start),
-            )
-            self._lease_rows[thread_id] = "written"
-        elif row == "release":
-            conn.execute("DELETE FROM run_leases WHERE thread_id = ? AND owner = ?", (thread_id, held[1]))
-            self._lease_rows[thread_id] = "released"
+        if held is not None and row is not None:
+            self._lease_rows[thread_id] = write_lease_row(conn, thread_id, held[1], row)
 
     # -- messages ---------------------------------------------------------------------------------------
     async def alist_messages(self, thread_id: str) -> list[Message]:
@@ -355,25 +348,9 @@ class SqliteCheckpointer(BaseCheckpointer):
             held.close()
 
     def _check_lease_row(self, thread_id: str) -> None:
-        """Refuse the thread while its lease row names a live process of this host (its lock file was removed
-        or replaced under it); a row whose process is gone is taken over, with a warning."""
         rows = self._read("SELECT owner, host, pid, pid_start FROM run_leases WHERE thread_id = ?", (thread_id,))
-        if not rows:
-            return
-        owner, host, pid, start = rows[0]
-        holder, me = Holder(str(owner), str(host), int(str(pid)), int(str(start)), True, 0.0), Process.current()
-        if holder.host == me.host and not holder.dead(me):
-            raise ThreadBusyError(
-                thread_id,
-                holder=f"{holder.where(me)} runs it, though the run lock file {self.path}.lock was removed or "
-                "replaced under it",
-            )
-        log.warning(
-            "thread %r: taken over from %s, which did not end its run: calls it had started and not recorded may "
-            "have run already (this run's resume names them)",
-            thread_id,
-            holder.where(me),
-        )
+        if rows:
+            refuse_a_live_holder(rows[0], thread_id, f"{self.path}.lock")
 
     def release_lock_with_next_write(self, thread_id: str) -> None:
         """The lease row is deleted in the run's last state write (the lock file's byte when the run ends)."""

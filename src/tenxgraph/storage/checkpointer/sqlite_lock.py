@@ -9,8 +9,17 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
+import sqlite3
 import struct
+from typing import Any
+
+from tenxgraph.errors import ThreadBusyError
+from tenxgraph.storage.checkpointer.holders import Holder, Process
+from tenxgraph.utils.constants import LOGGER_NAME
+
+log = logging.getLogger(LOGGER_NAME)
 
 OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)
 
@@ -68,3 +77,38 @@ class HeldLock:
 
 def _inode(st: os.stat_result) -> tuple[int, int]:
     return st.st_dev, st.st_ino
+
+
+def refuse_a_live_holder(row: Any, thread_id: str, lock_path: str) -> None:
+    """The thread's lease row (``owner, host, pid, pid_start``) names who last took it without releasing it:
+    :class:`ThreadBusyError` while that is a live process of this host (the lock file was removed or replaced
+    under it); a holder that is gone, or of another host (trusted to the byte lock), is taken over with a
+    warning."""
+    owner, host, pid, start = row
+    holder, me = Holder(str(owner), str(host), int(pid), int(start), True, 0.0), Process.current()
+    if holder.host == me.host and not holder.dead(me):
+        raise ThreadBusyError(
+            thread_id, holder=f"{holder.where(me)} runs it, though the run lock file {lock_path} was removed under it"
+        )
+    log.warning(
+        "thread %r: taken over from %s, which did not end its run: calls it had started and not recorded may have "
+        "run already (this run's resume names them)",
+        thread_id,
+        holder.where(me),
+    )
+
+
+def write_lease_row(conn: sqlite3.Connection, thread_id: str, owner: str, state: str) -> str:
+    """In a state write's transaction: the lease row written (state ``todo``) or deleted (``release``); returns
+    the row's new state."""
+    if state == "todo":
+        me = Process.current()
+        conn.execute(
+            "INSERT OR REPLACE INTO run_leases (thread_id, owner, host, pid, pid_start) VALUES (?, ?, ?, ?, ?)",
+            (thread_id, owner, me.host, me.pid, me.start),
+        )
+        return "written"
+    if state == "release":
+        conn.execute("DELETE FROM run_leases WHERE thread_id = ? AND owner = ?", (thread_id, owner))
+        return "released"
+    return state

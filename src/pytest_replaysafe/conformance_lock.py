@@ -1,0 +1,127 @@
+"""The run lock's part of the checkpointer contract (:class:`.conformance.CheckpointerConformance` inherits it):
+one run per thread, released when the run ends or fails, and held across a blip of what holds it (a dropped
+connection, a removed lock file) and past its lease while its run lives.
+
+A backend whose lock can be lost while its process lives overrides the ``second_worker`` fixture (a checkpointer
+on the same storage, as another worker would open it), the ``blip`` fixture, and ``lease_s``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from tenxgraph.errors import ThreadBusyError
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.utils.sync import run_sync
+
+
+def new_thread_id() -> str:
+    return f"conf-{uuid.uuid4().hex}"
+
+
+class RunLockConformance:
+    # -- the run lock -----------------------------------------------------------------------------------
+    def test_run_lock_is_exclusive_per_thread_and_released(self, checkpointer: BaseCheckpointer) -> None:
+        tid, other = new_thread_id(), new_thread_id()
+
+        async def main() -> None:
+            async with checkpointer.arun_lock(tid):
+                with pytest.raises(ThreadBusyError):  # a second run of the thread is refused
+                    async with checkpointer.arun_lock(tid):
+                        pass
+                async with checkpointer.arun_lock(other):  # another thread is independent
+                    await checkpointer.acheck_run_lock(tid)  # held: the fencing check passes
+            async with checkpointer.arun_lock(tid):  # released when its holder ended
+                pass
+
+        run_sync(main())
+
+    def test_run_lock_is_released_when_its_holder_fails(self, checkpointer: BaseCheckpointer) -> None:
+        tid = new_thread_id()
+
+        async def main() -> None:
+            with pytest.raises(RuntimeError, match="node failed"):
+                async with checkpointer.arun_lock(tid):
+                    raise RuntimeError("node failed")
+            async with checkpointer.arun_lock(tid):
+                pass
+
+        run_sync(main())
+
+    # -- the run lock held across a blip (a lease) ------------------------------------------------------
+    #: Seconds the backend's run lock lasts without renewal (None: it does not expire while its process lives).
+    lease_s: float | None = None
+
+    @pytest.fixture
+    def second_worker(self, checkpointer: BaseCheckpointer) -> BaseCheckpointer:
+        """A checkpointer on the same storage as another worker (another process, another server) would open it.
+        The default is the checkpointer itself (a second run in this process); override it for shared storage."""
+        return checkpointer
+
+    @pytest.fixture
+    def blip(self) -> Any:
+        """``blip(checkpointer, thread_id)`` takes away what holds the thread's run lock while its process lives
+        (a dropped connection, a removed lock file), or None when nothing can (process-local storage)."""
+        return None
+
+    def test_run_lock_refuses_another_worker_and_frees_at_once_when_released(
+        self, checkpointer: BaseCheckpointer, second_worker: BaseCheckpointer
+    ) -> None:
+        tid = new_thread_id()
+
+        async def main() -> None:
+            async with checkpointer.arun_lock(tid):
+                with pytest.raises(ThreadBusyError):
+                    async with second_worker.arun_lock(tid):
+                        pass
+            started = time.monotonic()
+            async with second_worker.arun_lock(tid):  # released: no lease to wait out
+                assert time.monotonic() - started < 1.0
+
+        run_sync(main())
+
+    def test_run_lock_survives_a_blip_while_its_holder_lives(
+        self, checkpointer: BaseCheckpointer, second_worker: BaseCheckpointer, blip: Any
+    ) -> None:
+        """What holds the lock goes away (a dropped connection, a removed lock file) while the run lives: another
+        worker is still refused, and the run goes on (its fencing check passes, its state writes work)."""
+        if blip is None:
+            pytest.skip("this backend's run lock cannot be lost while its process lives")
+        tid = new_thread_id()
+
+        async def main() -> None:
+            async with checkpointer.arun_lock(tid):
+                version = await checkpointer.aput_thread(tid, {"n": 1}, expected_version=0)
+                await asyncio.to_thread(blip, checkpointer, tid)
+                with pytest.raises(ThreadBusyError):
+                    async with second_worker.arun_lock(tid):
+                        pass
+                await checkpointer.acheck_run_lock(tid)
+                assert await checkpointer.aput_thread(tid, {"n": 2}, expected_version=version) == version + 1
+                assert (await checkpointer.aget_thread(tid)).values == {"n": 2}  # type: ignore[union-attr]
+            async with second_worker.arun_lock(tid):  # released when the run ended
+                pass
+
+        run_sync(main())
+
+    def test_run_lock_outlives_its_lease_while_held(
+        self, checkpointer: BaseCheckpointer, second_worker: BaseCheckpointer
+    ) -> None:
+        """Held for three lease lengths (renewed meanwhile): another worker is still refused at the end."""
+        if self.lease_s is None:
+            pytest.skip("this backend's run lock does not expire while its process lives")
+        tid = new_thread_id()
+
+        async def main() -> None:
+            async with checkpointer.arun_lock(tid):
+                await asyncio.sleep(3 * float(self.lease_s or 0))
+                await checkpointer.acheck_run_lock(tid)
+                with pytest.raises(ThreadBusyError):
+                    async with second_worker.arun_lock(tid):
+                        pass
+
+        run_sync(main())
