@@ -68,6 +68,11 @@ class Process:
         return cls(host if host is not None else host_identity(), pid, max(process_start(pid), 0))
 
 
+#: The lease owner tokens that runs of this process hold right now (every checkpointer's): a lease row naming
+#: this process with a token not in it was left by a run that ended without releasing it.
+LIVE_OWNERS: set[str] = set()
+
+
 @dataclass(frozen=True, slots=True)
 class Holder:
     """A lease row as it was when another run asked for the thread."""
@@ -87,8 +92,13 @@ class Holder:
         return cls(str(row[0]), str(row[1]), int(row[2]), int(row[3]), bool(row[4]), float(row[5]))
 
     def dead(self, me: Process) -> bool:
-        """Known dead: on this host (same identity), and its process is gone or is another process now."""
-        return self.host == me.host and not process_alive(self.pid, self.start)
+        """Known dead: on this host (same identity), and its process is gone or is another process now, or it is
+        this process and no run of it holds that lease any more (its release failed: the storage was down)."""
+        if self.host != me.host:
+            return False
+        if (self.pid, self.start) == (me.pid, me.start):
+            return self.owner not in LIVE_OWNERS
+        return not process_alive(self.pid, self.start)
 
     def where(self, me: Process) -> str:
         place = "this host" if self.host == me.host else f"host {self.host.split('|', 1)[0]!r}"

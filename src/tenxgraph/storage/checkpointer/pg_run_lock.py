@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 import tenxgraph.storage.checkpointer.pg_connect as pg_connect
 from tenxgraph.errors import ConfigError, RunLockLostError, StorageConnectionError, ThreadBusyError
+from tenxgraph.storage.checkpointer.holders import LIVE_OWNERS
 from tenxgraph.storage.checkpointer.pg_lease import Holder, Lease, Process, Renewer
 from tenxgraph.utils.constants import LOGGER_NAME
 
@@ -88,9 +89,11 @@ class PgRunLocks:
             guard = self.guards[thread_id] = asyncio.Lock()
             self.conns[thread_id], self.stacks[thread_id], self.leases[thread_id] = conn, stack, lease
             self._renewer_for(pool).add(lease)
+            LIVE_OWNERS.add(lease.owner)
             try:
                 yield read
             finally:
+                LIVE_OWNERS.discard(lease.owner)
                 async with guard:  # a reader on this connection finishes first; later ones go to the pool
                     self._renewer_for(pool).remove(lease)
                     conn = self.conns.pop(thread_id, conn)

@@ -41,6 +41,7 @@ from tenxgraph.storage.checkpointer.base import (
     migration_plan,
     prune_in_batches,
 )
+from tenxgraph.storage.checkpointer.holders import LIVE_OWNERS
 from tenxgraph.storage.checkpointer.sqlite_lock import OFD_SETLK, HeldLock, refuse_a_live_holder, write_lease_row
 from tenxgraph.storage.checkpointer.sqlite_sql import MAX_VARS, MIGRATIONS, PRUNE, PUT_RESULT, insert_messages
 from tenxgraph.utils.constants import LOGGER_NAME
@@ -337,15 +338,22 @@ class SqliteCheckpointer(BaseCheckpointer):
         except BaseException:
             held.close()
             raise
-        self._held[thread_id], self._lease_rows[thread_id] = (held, uuid.uuid4().hex), "todo"
+        owner = uuid.uuid4().hex
+        self._held[thread_id], self._lease_rows[thread_id] = (held, owner), "todo"
+        LIVE_OWNERS.add(owner)
         try:
             yield  # closing the descriptor (below) releases the lock
         finally:
-            owner = self._held.pop(thread_id)[1]
-            if self._lease_rows.pop(thread_id, None) in ("written", "release"):  # (not deleted by the last write)
-                with self._tx() as conn:
-                    conn.execute("DELETE FROM run_leases WHERE thread_id = ? AND owner = ?", (thread_id, owner))
-            held.close()
+            LIVE_OWNERS.discard(owner)
+            del self._held[thread_id]
+            try:
+                if self._lease_rows.pop(thread_id, None) in ("written", "release"):  # (not deleted by the last write)
+                    with self._tx() as conn:
+                        conn.execute("DELETE FROM run_leases WHERE thread_id = ? AND owner = ?", (thread_id, owner))
+            except sqlite3.Error as exc:  # (the next run finds the row left by a run that ended, and takes it)
+                log.warning("thread %r: its run lease row could not be deleted (%s)", thread_id, exc)
+            finally:
+                held.close()
 
     def _check_lease_row(self, thread_id: str) -> None:
         rows = self._read("SELECT owner, host, pid, pid_start FROM run_leases WHERE thread_id = ?", (thread_id,))
