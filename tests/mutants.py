@@ -257,13 +257,22 @@ def lease_not_renewed() -> None:
 
 
 def no_retries() -> None:
-    """PostgreSQL statements are never retried: a short outage fails the run, and its resume too."""
+    """PostgreSQL statements are never retried, the run lock's reclaim neither: a short outage fails the run,
+    and its resume too."""
+    from tenxgraph.storage.checkpointer.pg_run_lock import PgRunLocks
+
     original = PgCheckpointer.__init__
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **{**kwargs, "retries": 0})
 
+    async def reclaim(self: Any, thread_id: str, what: str, cause: Any) -> Any:
+        from tenxgraph.errors import RunLockLostError
+
+        raise RunLockLostError(thread_id, f"its connection failed during {what} (not retried)")
+
     PgCheckpointer.__init__ = init  # type: ignore[method-assign]
+    PgRunLocks._reclaim = reclaim  # type: ignore[method-assign]
 
 
 def cache_errors_raised() -> None:
