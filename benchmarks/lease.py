@@ -9,6 +9,8 @@ child's lease names this host, whose pid check shows it dead at once. *Another h
 host identity (as a worker on another machine or in another container would), so the lease must run out. Run cost:
 the refund scenario on PostgreSQL, whose lock round trip now also claims the lease (a write: one commit), median
 ms over interleaved runs; compare it with the figure of a checkout before the lease (``git stash`` or a worktree).
+Started marks: what a durable "started" mark per call would cost, measured as the in-doubt policy's intent (one
+write per call before it runs): the two-call refund run without and with one, interleaved.
 Prints min / median per shape and writes ``benchmarks/lease.json``.
 """
 
@@ -24,6 +26,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from tenxgraph.errors import ThreadBusyError
 from tenxgraph.storage.checkpointer.pg import PgCheckpointer
@@ -96,6 +99,39 @@ def run_ms(dsn: str, schema: str, runs: int) -> list[float]:
         bench.close_pg(cp)
 
 
+def marks_ms(dsn: str, schema: str, chunks: int) -> dict[bool, list[float]]:
+    """The refund scenario's two calls without and with a durable "started" mark each (``on_in_doubt``: an intent
+    written before the call), interleaved in chunks of 10 runs: ms per run."""
+    from benchmarks import bench, scenario
+    from tenxgraph import ReactAgent, Reply, ScriptedModel, tool
+
+    cp = bench.make_pg(dsn, schema)
+
+    def app_run(marked: bool) -> Any:
+        wrap: Any = tool(on_in_doubt="fail") if marked else (lambda f: f)
+        tools = [wrap(scenario.lookup_order), wrap(scenario.refund_order)]
+        calls = [("lookup_order", {"order_id": "1"}), ("refund_order", {"order_id": "1"})]
+
+        def run() -> None:
+            app: Any = ReactAgent(ScriptedModel([Reply(tool_calls=calls), "ok"]), tools=tools).compile(cp)
+            app.invoke(scenario.tenxgraph_input(), {"thread_id": uuid.uuid4().hex})
+
+        return run
+
+    try:
+        runs = {marked: app_run(marked) for marked in (False, True)}
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(chunks):
+            for marked, run in runs.items():
+                for _ in range(10):
+                    started = time.perf_counter()
+                    run()
+                    times[marked].append((time.perf_counter() - started) * 1000)
+        return times
+    finally:
+        bench.close_pg(cp)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=5)
@@ -112,15 +148,23 @@ def main() -> None:
         same = [recovery_s(dsn, schema, None) * 1000 for _ in range(args.reps)]
         other = [recovery_s(dsn, schema, "another-host||") for _ in range(max(2, args.reps // 2))]
         runs = run_ms(dsn, schema, args.runs)
+        marks = [marks_ms(dsn, schema, 20) for _ in range(args.reps)]
     finally:
         services.drop_schema(dsn, schema)
     figures["kill9_same_host_ms"] = {"min": min(same), "median": statistics.median(same)}
     figures["kill9_other_host_s"] = {"min": min(other), "median": statistics.median(other)}
     figures["refund_run_ms"] = {"min": min(runs), "median": statistics.median(runs)}
+    plain = [statistics.median(m[False]) for m in marks]
+    marked = [statistics.median(m[True]) for m in marks]
+    figures["started_marks_ms"] = {"plain_medians": plain, "marked_medians": marked}
     print(f"load average at start: {figures['load_average']}")
     print(f"kill -9, same host:    thread free after {min(same):.1f} / {statistics.median(same):.1f} ms (min/median)")
     print(f"kill -9, another host: thread free after {min(other):.2f} / {statistics.median(other):.2f} s")
     print(f"refund run on PostgreSQL: {min(runs):.2f} / {statistics.median(runs):.2f} ms (min/median)")
+    print(
+        "two calls, plain / with a started mark each: median per repetition "
+        f"{' '.join(f'{x:.2f}' for x in plain)} / {' '.join(f'{x:.2f}' for x in marked)} ms"
+    )
     RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
 
 
