@@ -8,7 +8,8 @@ parent measures the time from the kill until its own ``arun_lock`` succeeds, pol
 child's lease names this host, whose pid check shows it dead at once. *Another host*: the child writes another
 host identity (as a worker on another machine or in another container would), so the lease must run out. Run cost:
 the refund scenario on PostgreSQL, whose lock round trip now also claims the lease (a write: one commit), median
-ms over interleaved runs; compare it with the figure of a checkout before the lease (``git stash`` or a worktree).
+ms; compare it with a checkout before the lease, ``git worktree add /tmp/before 285bf14``, then
+``PYTHONPATH=/tmp/before/src:/tmp/before python benchmarks/lease.py --run-only`` against ``--run-only`` here.
 Started marks: what a durable "started" mark per call would cost, measured as the in-doubt policy's intent (one
 write per call before it runs): the two-call refund run without and with one, interleaved.
 Prints min / median per shape and writes ``benchmarks/lease.json``.
@@ -136,6 +137,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument(
+        "--run-only", action="store_true", help="only the refund run's time (works on a checkout before the lease)"
+    )
     args = parser.parse_args()
     dsn = os.environ.get("REPLAYSAFE_PG_DSN")
     if not dsn:
@@ -144,6 +148,13 @@ def main() -> None:
 
     schema = services.new_schema_name("rsl")
     figures: dict[str, object] = {"load_average": os.getloadavg()}
+    if args.run_only:
+        try:
+            medians = [statistics.median(run_ms(dsn, schema, args.runs)) for _ in range(args.reps)]
+        finally:
+            services.drop_schema(dsn, schema)
+        print(f"refund run on PostgreSQL, median per repetition: {' '.join(f'{m:.2f}' for m in medians)} ms")
+        return
     try:
         same = [recovery_s(dsn, schema, None) * 1000 for _ in range(args.reps)]
         other = [recovery_s(dsn, schema, "another-host||") for _ in range(max(2, args.reps // 2))]
