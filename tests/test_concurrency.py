@@ -222,3 +222,55 @@ def test_postgres_resume_right_after_kill_9_waits_for_the_dead_lock(pg_dsn: str,
             assert result.final_text == "Done.", trial
     finally:
         cp.close()
+
+
+@pytest.mark.parametrize("where", ["this host", "another host"])
+def test_postgres_resume_after_kill_9_takes_over_at_once_here_and_after_the_lease_elsewhere(
+    pg_dsn: str, pg_schema: str, where: str
+) -> None:
+    """The lease's cost on a real kill -9 of the holder mid-run: a worker of this host (its pid gone) is taken
+    over at once; one of another host (another host identity in its lease, as a worker on another machine or in
+    another container writes) only once its lease has run out, here 1 s. Either way the resume finishes."""
+    import os
+    import signal
+
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+    cp = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema, run_lease=1.0)
+    cp.setup()
+    msg = {"messages": [Message.text_message("refund and email")]}
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child takes the thread inside a run, says so, and waits to be killed
+        try:
+            os.close(read_end)
+
+            def signal_and_wait(name: str, n: int) -> None:
+                os.write(write_end, b"x")
+                time.sleep(60)
+
+            crashpoints.arm("tool.before_invoke", 1, signal_and_wait)
+            child = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema, run_lease=1.0)
+            child.lease_host = None if where == "this host" else "another-host|boot|pidns"
+            build(child).invoke(msg, {"thread_id": "killed"})
+        finally:
+            os._exit(1)
+    os.close(write_end)
+    try:
+        assert os.read(read_end, 1) == b"x"
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        os.waitpid(pid, 0)
+        if where == "another host":  # a dead connection, but a lease that has not run out: refused for now
+            with pytest.raises(ThreadBusyError, match=r"holds its lease for \d"):
+                build(cp).invoke(None, {"thread_id": "killed"})
+        result = build(cp).invoke(None, {"thread_id": "killed", "lock_timeout": 10})
+        waited = time.monotonic() - killed
+        assert result.final_text == "Done."
+        if where == "this host":
+            assert waited < 0.9  # not the lease: its process is known dead
+        else:
+            assert waited >= 0.5  # (the lease was renewed up to the kill: it ran out about 1 s later)
+    finally:
+        os.close(read_end)
+        cp.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -118,9 +119,10 @@ def create_app(
         """How a run that raised is answered (``POST /runs`` and its stream alike), counted in the metrics. Call
         it from the ``except`` block: an unexpected failure is logged with its traceback under an error id, and
         the client gets the id, not the exception (it may hold a provider's reply, a host or a role name)."""
-        if isinstance(exc, ThreadBusyError):  # another run holds the thread
+        if isinstance(exc, ThreadBusyError):  # another run holds the thread (who, and on which host, stays here)
             metrics.run("busy", 0.0)
-            return {"status": 409, "error": str(exc), "thread_id": thread_id}
+            text = str(ThreadBusyError(exc.thread_id, exc.waited))
+            return {"status": 409, "error": text, "thread_id": thread_id, "retry_after": exc.retry_after}
         if isinstance(exc, ConfigError | GraphBuildError | SerializationError | ValueError):
             return {"status": 422, "error": str(exc), "thread_id": thread_id}
         metrics.run("failed", 0.0)
@@ -147,9 +149,10 @@ def create_app(
             result = await graph.ainvoke(input, cfg)
         except Exception as exc:
             answer = failed(exc, thread_id)
+            lease_left = answer.pop("retry_after", None) or 0.0  # (a lease whose holder's connection dropped)
             response = error(answer.pop("status"), answer.pop("error"), **answer)
             if response.status_code == 409:
-                response.headers["Retry-After"] = str(max(1, round(cfg["lock_timeout"] or 1)))
+                response.headers["Retry-After"] = str(max(1, round(cfg["lock_timeout"] or 1), math.ceil(lease_left)))
             return response
         emit_event("run", logging.INFO, thread_id=cfg["thread_id"], status=result.status, version=result.version)
         return JSONResponse(finished(result, thread_id, started))
@@ -172,7 +175,9 @@ def create_app(
                     step = {"node": event.node, "step": event.step, "messages": messages}
                     yield _sse("step", {**step, "replayed": event.replayed})
             except Exception as exc:
-                yield _sse("error", failed(exc, thread_id))
+                answer = failed(exc, thread_id)
+                answer.pop("retry_after", None)  # (a header's business; a stream has none to give)
+                yield _sse("error", answer)
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
