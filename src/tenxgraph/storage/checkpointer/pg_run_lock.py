@@ -281,7 +281,7 @@ class PgRunLocks:
             "(its lease keeps the thread meanwhile)",
             thread_id,
             what,
-            cause,
+            cause or "it was closed",
         )
         delay = pg_connect.BACKOFF_START
         while True:
