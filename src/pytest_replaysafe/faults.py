@@ -32,7 +32,6 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pytest_replaysafe.intruder import intrude
 from pytest_replaysafe.modes import Crash, Hit, InProcess, Runner, arm_crash
 
 if TYPE_CHECKING:
@@ -270,6 +269,8 @@ class FaultMode(InProcess):
                 failed.append(f"{type(exc).__name__}: {exc}")
                 raise
             if self.second_worker:  # while the run is held here: a client's retry, another server's recovery
+                from pytest_replaysafe.intruder import intrude  # (asyncio: only when a fault cell runs)
+
                 seen = intrude(run, hit, name)
                 done[0] += f"; {seen}" if seen else ""
 
