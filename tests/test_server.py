@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 from examples.payments import LocalProvider
 from examples.support_refund.agent import build_support_agent
 from tenxgraph.core import crashpoints
+from tenxgraph.errors import ThreadBusyError
 from tenxgraph.server import create_app
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
 from tenxgraph.utils.sync import run_sync
@@ -95,6 +96,25 @@ def test_a_run_in_progress_on_the_thread_is_409(client: Any, db: Path) -> None:
     assert client.post("/threads/busy/runs", json=RUN).status_code == 200  # free again
     text = client.get("/metrics").text
     assert 'tenxgraph_runs_total{outcome="busy"} 1' in text and 'tenxgraph_runs_total{outcome="finished"} 1' in text
+
+
+def test_a_409_keeps_who_holds_the_thread_to_the_server(client: Any, db: Path) -> None:
+    """A holder the storage can name (its lock file removed under it, its lease row naming this process): the
+    library's ThreadBusyError says which process; the client's 409 does not (host names and pids stay inside)."""
+    other = SqliteCheckpointer(db)
+    lock = other.arun_lock("held")
+    run_sync(lock.__aenter__())
+    try:
+        run_sync(other.aput_thread("held", {"n": 1}, expected_version=0))  # (writes the lease row)
+        os.unlink(f"{db}.lock")
+        with pytest.raises(ThreadBusyError, match=rf"pid {os.getpid()}"):
+            run_sync(SqliteCheckpointer(db).arun_lock("held").__aenter__())
+        response = client.post("/threads/held/runs", json=RUN)
+    finally:
+        run_sync(lock.__aexit__(None, None, None))
+        other.close()
+    assert response.status_code == 409 and "being run by another worker" in response.json()["error"]
+    assert "pid" not in response.text and "host" not in response.text
 
 
 def test_metrics_count_runs_tool_calls_and_replays_in_the_prometheus_format(client: Any, db: Path) -> None:
