@@ -183,3 +183,42 @@ def test_the_run_lock_leaves_one_file_and_excludes_other_processes_and_instances
             child.kill()
         child.join(5)
     cp.close()
+
+
+MOUNTINFO = """\
+27 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw
+40 27 0:50 / /mnt/shared rw,relatime - nfs4 server:/export rw,vers=4.2
+41 40 0:51 / /mnt/shared/local\\040copy rw,relatime - ext4 /dev/sdb1 rw
+"""
+
+
+def test_the_file_system_of_a_database_is_its_deepest_mount() -> None:
+    from tenxgraph.storage.checkpointer.sqlite_lock import file_system_of
+
+    assert file_system_of("/mnt/shared/app/state.db", MOUNTINFO) == "nfs4"
+    assert file_system_of("/mnt/shared/local copy/state.db", MOUNTINFO) == "ext4"  # (an escaped space)
+    assert file_system_of("/mnt/sharedness/state.db", MOUNTINFO) == "ext4"  # a prefix of a name is not a mount
+    assert file_system_of("/var/state.db", MOUNTINFO) == "ext4"
+
+
+def test_a_database_on_a_network_file_system_is_warned_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run lock (and SQLite's own locking) rely on the file server there: say so, and what to use instead."""
+    from tenxgraph.storage.checkpointer import sqlite_lock
+
+    monkeypatch.setattr(sqlite_lock, "file_system_of", lambda path, mountinfo=None: "nfs4")
+    cp = SqliteCheckpointer(tmp_path / "state.db")
+    with caplog.at_level(logging.WARNING):
+        cp.get_thread("t")
+    cp.close()
+    assert any(
+        "network file system (nfs4)" in r.getMessage() and "PgCheckpointer" in r.getMessage() for r in caplog.records
+    )
+    monkeypatch.undo()
+    caplog.clear()
+    local = SqliteCheckpointer(tmp_path / "local.db")
+    with caplog.at_level(logging.WARNING):
+        local.get_thread("t")
+    local.close()
+    assert not any("network file system" in r.getMessage() for r in caplog.records)

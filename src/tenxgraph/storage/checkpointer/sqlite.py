@@ -42,7 +42,13 @@ from tenxgraph.storage.checkpointer.base import (
     prune_in_batches,
 )
 from tenxgraph.storage.checkpointer.holders import LIVE_OWNERS
-from tenxgraph.storage.checkpointer.sqlite_lock import OFD_SETLK, HeldLock, refuse_a_live_holder, write_lease_row
+from tenxgraph.storage.checkpointer.sqlite_lock import (
+    OFD_SETLK,
+    HeldLock,
+    refuse_a_live_holder,
+    warn_if_networked,
+    write_lease_row,
+)
 from tenxgraph.storage.checkpointer.sqlite_sql import MAX_VARS, MIGRATIONS, PRUNE, PUT_RESULT, insert_messages
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.sync import to_thread
@@ -102,6 +108,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         # First use, or a forked child: never use the parent's connection (its locks belong to the parent).
         if not self.path.exists():  # created with its mode (an existing file keeps its own)
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, self.file_mode))
+        warn_if_networked(str(self.path))
         conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         self._enter_wal(conn)
         conn.execute("PRAGMA synchronous=FULL")

@@ -112,3 +112,43 @@ def write_lease_row(conn: sqlite3.Connection, thread_id: str, owner: str, state:
         conn.execute("DELETE FROM run_leases WHERE thread_id = ? AND owner = ?", (thread_id, owner))
         return "released"
     return state
+
+
+#: File systems whose locks are the file server's (or a user-space daemon's) to keep: SQLite and its run lock
+#: cannot promise much there, with writers on several hosts.
+NETWORK_FILE_SYSTEMS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse.sshfs", "ceph", "glusterfs"})
+
+
+def file_system_of(path: str, mountinfo: str | None = None) -> str | None:
+    """The type of the file system *path* is on (the longest mount point above it in ``/proc/self/mountinfo``, or
+    the given text), or None where that cannot be read."""
+    if mountinfo is None:
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+                mountinfo = fh.read()
+        except OSError:
+            return None
+    real = os.path.realpath(path)
+    best, kind = "", None
+    for line in mountinfo.splitlines():
+        fields = line.split(" - ", 1)
+        left = fields[0].split()
+        if len(fields) < 2 or len(left) < 5:
+            continue
+        point = left[4].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[1].split()[0]
+    return kind
+
+
+def warn_if_networked(path: str) -> None:
+    """A WARNING when the database is on a network file system (once per connection)."""
+    kind = file_system_of(path)
+    if kind in NETWORK_FILE_SYSTEMS:
+        log.warning(
+            "SQLite database %s is on a network file system (%s): SQLite's locking and its run lock rely on the file "
+            "server's lock service there; with workers on several hosts use PostgreSQL (PgCheckpointer)",
+            path,
+            kind,
+        )
