@@ -4,10 +4,16 @@ PostgreSQL's lease (:mod:`.pg_lease`) and SQLite's (:mod:`.sqlite_lock`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import socket
 from dataclasses import dataclass
 from typing import Any
+
+from tenxgraph.utils.constants import LOGGER_NAME
+
+log = logging.getLogger(LOGGER_NAME)
 
 
 def _read(path: str) -> str:
@@ -64,8 +70,15 @@ class Process:
 
     @classmethod
     def current(cls, host: str | None = None) -> Process:
+        """This process (read once per pid), with *host* as its host identity when given."""
+        global _this_process
         pid = os.getpid()
-        return cls(host if host is not None else host_identity(), pid, max(process_start(pid), 0))
+        if _this_process is None or _this_process.pid != pid:
+            _this_process = cls(host_identity(), pid, max(process_start(pid), 0))
+        return _this_process if host is None else dataclasses.replace(_this_process, host=host)
+
+
+_this_process: Process | None = None
 
 
 #: The lease owner tokens that runs of this process hold right now (every checkpointer's): a lease row naming
@@ -111,3 +124,14 @@ class Holder:
             "dropped, but it may still be working (a network blip), and it keeps the thread unless its lease runs "
             "out (it stops renewing) or its process is known dead"
         )
+
+
+def warn_taken_over(thread_id: str, holder: Holder, me: Process, why: str) -> None:
+    """The WARNING of a run that takes a thread over from *holder*, which never released it (*why*)."""
+    log.warning(
+        "thread %r: taken over from %s, %s: calls it had started and not recorded may have run already (this run's "
+        "resume names them)",
+        thread_id,
+        holder.where(me),
+        why,
+    )

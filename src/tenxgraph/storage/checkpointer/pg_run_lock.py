@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -21,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 import tenxgraph.storage.checkpointer.pg_connect as pg_connect
 from tenxgraph.errors import ConfigError, RunLockLostError, StorageConnectionError, ThreadBusyError
-from tenxgraph.storage.checkpointer.holders import LIVE_OWNERS
+from tenxgraph.storage.checkpointer.holders import LIVE_OWNERS, warn_taken_over
 from tenxgraph.storage.checkpointer.pg_lease import Holder, Lease, Process, Renewer
 from tenxgraph.utils.constants import LOGGER_NAME
 
@@ -73,7 +72,6 @@ class PgRunLocks:
         # in the same round trip as that write (see release_with_next_write).
         self.unlock_with_write: dict[str, str] = {}
         self.renewer: Renewer | None = None
-        self.me: Process | None = None
 
     def close(self) -> None:
         if self.renewer is not None:
@@ -161,9 +159,7 @@ class PgRunLocks:
         return self.renewer
 
     def _process(self) -> Process:
-        if self.me is None or self.me.pid != os.getpid():
-            self.me = Process.current(self.host.lease_host)
-        return self.me
+        return Process.current(self.host.lease_host)
 
     async def _release(self, conn: psycopg.AsyncConnection[Any], lease: Lease) -> None:
         """The lease's row, then the advisory lock, in one round trip; the row through the pool if the lock's
@@ -235,13 +231,8 @@ class PgRunLocks:
             lease.confirm(sent, self.host.run_lease)
             previous = Holder.from_row(row[2:])
             if previous is not None and previous.owner != lease.owner and previous.live is False:
-                log.warning(
-                    "thread %r: taken over from %s, whose lease ran out %.1f s ago without being released: calls it "
-                    "had started and not recorded may have run already (this run's resume names them)",
-                    thread_id,
-                    previous.where(self._process()),
-                    -previous.left_s,
-                )
+                why = f"whose lease ran out {-previous.left_s:.1f} s ago without being released"
+                warn_taken_over(thread_id, previous, self._process(), why)
             return conn, read
         raise AssertionError("unreachable")
 
@@ -254,12 +245,7 @@ class PgRunLocks:
         if holder is not None and holder.dead(me):
             taken = await conn.execute(self.q["take_lease"], {**params, "from": holder.owner})
             if await taken.fetchone() is not None:
-                log.warning(
-                    "thread %r: taken over from %s, whose process is gone: calls it had started and not recorded "
-                    "may have run already (this run's resume names them)",
-                    lease.thread_id,
-                    holder.where(me),
-                )
+                warn_taken_over(lease.thread_id, holder, me, "whose process is gone")
                 return (True, True, *row[2:])
         await conn.execute(self.q["unlock"], (lease.key,))
         if holder is None:  # (released between the lock and the claim: another attempt will find it free)

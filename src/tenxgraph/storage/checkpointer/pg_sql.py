@@ -120,7 +120,6 @@ QUERIES = {
         VALUES (%s, %s, %s::text::jsonb, 'started')
         ON CONFLICT (thread_id, key) DO NOTHING""",
     "list_results": "SELECT key, result FROM {schema}.tool_executions WHERE thread_id = %s ORDER BY created_at, key",
-    "try_lock": "SELECT pg_try_advisory_lock(%s::bigint)",
     # The run lock and its lease: the lease is taken only when it is free or has expired (or is this run's own:
     # a retried claim whose first attempt committed).
     "claim_lease": """

@@ -16,7 +16,7 @@ import struct
 from typing import Any
 
 from tenxgraph.errors import ThreadBusyError
-from tenxgraph.storage.checkpointer.holders import Holder, Process
+from tenxgraph.storage.checkpointer.holders import Holder, Process, warn_taken_over
 from tenxgraph.utils.constants import LOGGER_NAME
 
 log = logging.getLogger(LOGGER_NAME)
@@ -90,12 +90,7 @@ def refuse_a_live_holder(row: Any, thread_id: str, lock_path: str) -> None:
         raise ThreadBusyError(
             thread_id, holder=f"{holder.where(me)} runs it, though the run lock file {lock_path} was removed under it"
         )
-    log.warning(
-        "thread %r: taken over from %s, which did not end its run: calls it had started and not recorded may have "
-        "run already (this run's resume names them)",
-        thread_id,
-        holder.where(me),
-    )
+    warn_taken_over(thread_id, holder, me, "which did not end its run")
 
 
 def write_lease_row(conn: sqlite3.Connection, thread_id: str, owner: str, state: str) -> str:
