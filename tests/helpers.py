@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tenxgraph.core.state.messages import JSON, Message
+from tenxgraph.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, ThreadSnapshot
 from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph import compiled
-from tenxgraph.core.graph.context import current_run
 from tenxgraph.core.graph.utils import invoke_node_handler as handler
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
 from tenxgraph.storage.checkpointer.pg import PgCheckpointer
@@ -23,7 +22,7 @@ BACKENDS = (InMemoryCheckpointer, SqliteCheckpointer, PgCheckpointer)
 
 
 def ledger_read_misses() -> None:
-    async def read(keys: Any, calls: Any, ctx: Any, tools: Any) -> dict[str, Any]:
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
         return {}
 
     handler._read_ledger = read
@@ -32,18 +31,18 @@ def ledger_read_misses() -> None:
 def record_before_run() -> None:
     original = handler._invoke
 
-    async def invoke(tool: Any, info: Any, args: Any, timeout: Any) -> Any:
-        ctx = current_run()
-        assert ctx is not None and info.key is not None
+    async def invoke(batch: Any, call: Any, args: Any) -> Any:
+        info = call.info
+        assert info.key is not None
         record = {"v": 1, "kind": "value", "tool": info.tool, "call_id": info.call_id, "output": None}
-        await ctx.checkpointer.aput_tool_result(info.thread_id, info.key, record)
-        return await original(tool, info, args, timeout)
+        await batch.checkpointer.aput_tool_result(info.thread_id, info.key, record)
+        return await original(batch, call, args)
 
     handler._invoke = invoke
 
 
 def record_never_written() -> None:
-    async def record(execution: Any, key: str, ctx: Any, info: Any) -> Any:
+    async def record(batch: Any, call: Any, execution: Any) -> Any:
         crash_point("ledger.write_error")
         crash_point("tool.after_record")
         return execution
@@ -75,9 +74,9 @@ def key_from_call_id_only() -> None:
 def replay_first_record() -> None:
     original = handler._read_ledger
 
-    async def read(keys: list[str], calls: Any, ctx: Any, tools: Any) -> dict[str, Any]:
-        found = await original(keys, calls, ctx, tools)
-        first = next((found[k] for k in keys if k in found), None)
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
+        found = await original(batch, calls)
+        first = next((found[c.key] for c in calls if c.key in found), None)
         return {k: first for k in found}
 
     handler._read_ledger = read
@@ -132,12 +131,12 @@ def stale_redis_trusted() -> None:
 def first_parallel_call_only_recorded() -> None:
     original = handler._record
 
-    async def record(execution: Any, key: str, ctx: Any, info: Any) -> Any:
-        if info.index > 0:
+    async def record(batch: Any, call: Any, execution: Any) -> Any:
+        if call.info.index > 0:
             crash_point("ledger.write_error")
             crash_point("tool.after_record")
             return execution
-        return await original(execution, key, ctx, info)
+        return await original(batch, call, execution)
 
     handler._record = record
 
@@ -147,10 +146,10 @@ def ledger_read_prefix_only() -> None:
     leaves a non-prefix set of siblings recorded shows it (see ``--crash-orders``)."""
     original = handler._read_ledger
 
-    async def read(keys: list[str], calls: Any, ctx: Any, tools: Any) -> dict[str, Any]:
-        found = await original(keys, calls, ctx, tools)
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
+        found = await original(batch, calls)
         prefix: dict[str, Any] = {}
-        for key in keys:
+        for key in dict.fromkeys(c.key for c in calls):
             if key not in found:
                 break
             prefix[key] = found[key]
@@ -169,23 +168,23 @@ def replay_consumes_records() -> None:
     original_read, original_invoke = handler._read_ledger, tool_node.invoke_tool_calls
     consumed: dict[str, dict[str, Any]] = {}
 
-    async def read(keys: list[str], calls: Any, ctx: Any, tools: Any) -> dict[str, Any]:
-        found = await original_read(keys, calls, ctx, tools)
-        store = ctx.checkpointer
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
+        found = await original_read(batch, calls)
+        store = batch.checkpointer
         while hasattr(store, "inner"):
             store = store.inner
         if found and isinstance(store, SqliteCheckpointer):
             with store._tx() as conn:
-                rows = [(ctx.thread_id, key) for key in found]
+                rows = [(batch.thread_id, key) for key in found]
                 conn.executemany("DELETE FROM tool_executions WHERE thread_id = ? AND key = ?", rows)
-            consumed.setdefault(ctx.thread_id, {}).update(found)
+            consumed.setdefault(batch.thread_id, {}).update(found)
         return found
 
-    async def invoke(message: Any, tools: Any, ctx: Any) -> Any:
-        executions = await original_invoke(message, tools, ctx)
-        back = consumed.pop(ctx.thread_id, {})
+    async def invoke(message: Any, tools: Any, checkpointer: Any, thread_id: str, **options: Any) -> Any:
+        executions = await original_invoke(message, tools, checkpointer, thread_id, **options)
+        back = consumed.pop(thread_id, {})
         if back:
-            await ctx.checkpointer.aput_tool_results(ctx.thread_id, list(back.items()))
+            await checkpointer.aput_tool_results(thread_id, list(back.items()))
         return executions
 
     handler._read_ledger = read
@@ -303,9 +302,9 @@ def intent_failure_ignored() -> None:
     refused record write after it goes undetected and the resume runs it again silently."""
     original = handler.write_intent
 
-    async def write_intent(call: Any, key: str, ctx: Any) -> None:
+    async def write_intent(call: Any, checkpointer: Any) -> None:
         with contextlib.suppress(Exception):
-            await original(call, key, ctx)
+            await original(call, checkpointer)
 
     handler.write_intent = write_intent
 
@@ -313,7 +312,7 @@ def intent_failure_ignored() -> None:
 def intents_not_written() -> None:
     """In-doubt detection broken: no intent is written, so a tool with a policy is re-run silently after a crash."""
 
-    async def skip(to_run: Any, tools: Any, ctx: Any) -> None:
+    async def skip(batch: Any, to_run: Any) -> None:
         return None
 
     handler._write_intents = skip
@@ -323,8 +322,10 @@ def ledger_read_failure_runs_everything() -> None:
     """A failed ledger read runs every call, those of tools with an in-doubt policy too (blind)."""
     original = handler._read_ledger
 
-    async def read(keys: list[str], calls: Any, ctx: Any, tools: Any) -> dict[str, Any]:
-        return await original(keys, calls, ctx, {})  # as if no tool had a policy
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
+        import dataclasses
+
+        return await original(batch, [dataclasses.replace(c, tool=None) for c in calls])  # as if no tool had a policy
 
     handler._read_ledger = read
 
@@ -515,8 +516,8 @@ def transactional_commits_early() -> None:
 
     original = handler.run_transactional
 
-    async def run(tool: Any, call: Any, key: str, args: Any, ctx: Any, info: Any, record: Any) -> Any:
-        fn = tool.fn
+    async def run(call: Any, args: Any, checkpointer: Any, timeout: Any) -> Any:
+        fn = call.tool.fn
 
         def early(**kwargs: Any) -> Any:
             value = fn(**kwargs)
@@ -524,7 +525,8 @@ def transactional_commits_early() -> None:
             kwargs["tx"].execute("BEGIN IMMEDIATE")
             return value
 
-        return await original(dataclasses.replace(tool, fn=early), call, key, args, ctx, info, record)
+        early_call = dataclasses.replace(call, tool=dataclasses.replace(call.tool, fn=early))
+        return await original(early_call, args, checkpointer, timeout)
 
     handler.run_transactional = run
 

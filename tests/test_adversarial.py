@@ -11,9 +11,9 @@ import pytest
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected
-from tenxgraph.core.state.messages import ToolCallBlock
 from tenxgraph.errors import ConfigError, GraphBuildError, SerializationError
 from tenxgraph.models.base import ChatModel
+from tenxgraph.state.messages import ToolCallBlock
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 
 GOOD_IDS = {

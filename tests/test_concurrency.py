@@ -23,7 +23,7 @@ from pytest_replaysafe.evidence import ExecutionLog
 from pytest_replaysafe.verdict import result_problems
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, ThreadBusyError
 from tenxgraph.core import crashpoints
-from tenxgraph.core.graph.utils.invoke_node_handler import add_tool_observer
+from tenxgraph.core.graph.utils.instrument import add_tool_observer
 from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer, SqliteCheckpointer
 from tenxgraph.utils.sync import run_sync
 

@@ -31,14 +31,14 @@ def test_unrelated():
 
 def test_the_command_says_its_version() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "tenxgraph.cli", "--version"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "tenxgraph.server.cli", "--version"], capture_output=True, text=True, check=False
     )
     assert out.returncode == 0 and out.stdout.strip() == f"tenxgraph {tenxgraph.__version__}", out
 
 
 def test_serve_options_say_their_defaults() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "tenxgraph.cli", "serve", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "tenxgraph.server.cli", "serve", "--help"], capture_output=True, text=True, check=True
     ).stdout
     assert "default 127.0.0.1" in out and "default 8000" in out
 

@@ -342,7 +342,7 @@ def test_a_crash_lets_no_sibling_record_after_it(tmp_path: Path) -> None:
     from pytest_replaysafe.effects import Effects
     from tenxgraph import Message
     from tenxgraph.core import crashpoints
-    from tenxgraph.core.graph.utils.invoke_node_handler import set_completion_order
+    from tenxgraph.core.graph.utils.instrument import set_completion_order
     from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
     source = tmp_path / "agent.py"
@@ -361,7 +361,7 @@ def test_a_crash_lets_no_sibling_record_after_it(tmp_path: Path) -> None:
         first[:] = indexes[:1]
         return indexes
 
-    set_completion_order(order)
+    remove_order = set_completion_order(order)
     try:
         for trial in range(100):
             thread = f"t{trial}"
@@ -380,7 +380,7 @@ def test_a_crash_lets_no_sibling_record_after_it(tmp_path: Path) -> None:
             recorded = [key.rsplit("_", 1)[-1] for key in cp.list_tool_results(thread)]
             assert recorded == [str(first[0] + 1)], (trial, recorded, first)
     finally:
-        set_completion_order(None)
+        remove_order()
         cp.close()
 
 
@@ -463,7 +463,7 @@ def test_a_read_rerun_is_no_gap_and_an_external_one_without_detection_is_a_viola
     assert reran and all("lookup_order" in " ".join(e["text"] for e in c["timeline"]) for c in reran)
     pytester.makeconftest(
         "from tenxgraph.core.graph.utils import invoke_node_handler as handler\n\n"
-        "async def skip(to_run, tools, ctx):\n    return None\n\n"
+        "async def skip(batch, to_run):\n    return None\n\n"
         "handler._write_intents = skip\n"
     )
     broken = run(pytester, *args)

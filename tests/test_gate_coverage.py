@@ -18,8 +18,8 @@ from pytest_replaysafe import services
 from pytest_replaysafe.evidence import Entry, call_id_of
 from pytest_replaysafe.provenance import provenance, shared_keys
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
-from tenxgraph.core.graph.tool_call import set_completion_order
-from tenxgraph.core.state.messages import ToolCallBlock, ToolResultBlock
+from tenxgraph.core.graph.utils.instrument import set_completion_order
+from tenxgraph.state.messages import ToolCallBlock, ToolResultBlock
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_a_completion_order_group_is_one_group_commit(tmp_path: Path) -> None:
     for order, expected in (([[0, 1, 2]], [3]), ([[2], [0], [1]], [1, 1, 1]), ([[1], [0, 2]], [1, 2])):
         cp = CountingSqlite(tmp_path / f"{len(expected)}-{expected[0]}.db")
         cp.groups = []
-        set_completion_order(lambda batch, order=order: order)  # type: ignore[misc]
+        remove = set_completion_order(lambda batch, order=order: order)  # type: ignore[misc]
         try:
             result = (
                 ReactAgent(model, tools=[slow, fast])
@@ -64,7 +64,7 @@ def test_a_completion_order_group_is_one_group_commit(tmp_path: Path) -> None:
                 .invoke({"messages": [Message.text_message("go")]}, {"thread_id": "t"})
             )
         finally:
-            set_completion_order(None)
+            remove()
             cp.close()
         assert [r.output for m in result.messages for r in m.tool_results] == [1, 102, 103]
         assert cp.groups == expected, (order, cp.groups)

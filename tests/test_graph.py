@@ -14,7 +14,7 @@ from tenxgraph import END, AgentState, Message, StateGraph
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected
 from tenxgraph.core.graph import current_run
-from tenxgraph.core.graph.config import RunConfig
+from tenxgraph.core.tools.config import RunConfig
 from tenxgraph.errors import (
     ConfigError,
     GraphBuildError,

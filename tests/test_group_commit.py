@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import pytest
 
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
-from tenxgraph.core.state.messages import JSON
 from tenxgraph.errors import SerializationError
+from tenxgraph.state.messages import JSON
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
 from tenxgraph.utils.sync import wait_threads_idle
@@ -156,7 +156,7 @@ def test_an_unstorable_record_in_a_group_does_not_fail_its_siblings(checkpointer
 def test_a_writer_cancelled_before_its_write_hands_the_group_on() -> None:
     """The first record's writer yields once before writing; cancelled there, it must not leave the others waiting
     for a writer that will never come."""
-    from tenxgraph.core.graph.record_batch import RecordBatch
+    from tenxgraph.core.graph.utils.record_batch import RecordBatch
     from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 
     async def scenario() -> list[bool]:

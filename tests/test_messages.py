@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from tenxgraph import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
-from tenxgraph.core.state import ExecutionMeta
 from tenxgraph.errors import SerializationError
+from tenxgraph.state import ExecutionMeta
 
 
 def test_message_ids_are_generated_once_and_unique() -> None:

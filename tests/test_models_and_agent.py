@@ -6,9 +6,9 @@ from typing import Any
 import pytest
 
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
-from tenxgraph.core.state.messages import JSON
 from tenxgraph.errors import ConfigError, UnknownProviderError
 from tenxgraph.models import ScriptExhaustedError, known_providers, register_provider, resolve_model
+from tenxgraph.state.messages import JSON
 from tenxgraph.utils.sync import run_sync
 
 

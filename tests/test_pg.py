@@ -581,7 +581,7 @@ def test_a_forked_child_neither_probes_nor_sets_up_the_schema_again(
         calls.append("setup")
 
     monkeypatch.setattr(pg_connect, "probe", probe)
-    monkeypatch.setattr(pg_checkpointer, "_setup", setup)
+    monkeypatch.setattr(pg_checkpointer._pool, "setup", setup)
     pid = os.fork()
     if pid == 0:  # the child: report through the exit status, never return into pytest
         code = 1

@@ -151,7 +151,7 @@ def free_port() -> int:
 
 def start_server(port: int, env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tenxgraph.cli", "serve", "tests.server_app:app", "--port", str(port), *extra],
+        [sys.executable, "-m", "tenxgraph.server.cli", "serve", "tests.server_app:app", "--port", str(port), *extra],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

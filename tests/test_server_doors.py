@@ -119,7 +119,7 @@ def test_an_open_door_is_a_start_up_error(monkeypatch: pytest.MonkeyPatch, tmp_p
 def test_the_command_refuses_an_open_non_loopback_start() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TENXGRAPH_API_TOKEN"}
     out = subprocess.run(
-        [sys.executable, "-m", "tenxgraph.cli", "serve", "tests.server_app:app", "--host", "0.0.0.0"],
+        [sys.executable, "-m", "tenxgraph.server.cli", "serve", "tests.server_app:app", "--host", "0.0.0.0"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode != 0 and "no token is set" in out.stderr, out
@@ -298,7 +298,7 @@ def test_an_armed_crash_point_is_an_error_line_and_stops_serve() -> None:
     imported = subprocess.run([sys.executable, "-c", "import tenxgraph"], env=env, capture_output=True, text=True)
     assert "crash point tool.after_return is armed from TENXGRAPH_CRASH_AT" in imported.stderr
     served = subprocess.run(
-        [sys.executable, "-m", "tenxgraph.cli", "serve", "tests.server_app:app"],
+        [sys.executable, "-m", "tenxgraph.server.cli", "serve", "tests.server_app:app"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert served.returncode != 0 and "would kill itself at the first request" in served.stderr, served
@@ -349,7 +349,7 @@ def test_sqlite_files_are_the_owners_only(tmp_path: Path) -> None:
 
 
 def test_the_app_loader_puts_the_working_directory_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tenxgraph.cli import load_graph
+    from tenxgraph.server.cli import load_graph
 
     (tmp_path / "my_agent_mod.py").write_text(
         "from tenxgraph import InMemoryCheckpointer, Reply, ScriptedModel\nfrom tenxgraph.prebuilt import ReactAgent\n"

@@ -7,7 +7,7 @@ from pytest_replaysafe.effects import Effects
 from pytest_replaysafe.harness import CrashRun
 from tenxgraph import Message
 from tenxgraph.core import crashpoints
-from tenxgraph.core.graph.utils.invoke_node_handler import add_tool_observer
+from tenxgraph.core.graph.utils.instrument import add_tool_observer
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 
 REQUEST = {"messages": [Message.text_message("refund 1042, tell the customer, open a ticket")]}

@@ -26,9 +26,9 @@ import pytest
 
 from pytest_replaysafe.conformance_lock import RunLockConformance
 from pytest_replaysafe.conformance_lock import new_thread_id as _tid
-from tenxgraph.core.state.messages import Message, ToolCallBlock
-from tenxgraph.errors import SerializationError, StaleStateError
+from tenxgraph.state.messages import Message, ToolCallBlock
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.utils.errors import SerializationError, StaleStateError
 from tenxgraph.utils.sync import run_sync
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tenxgraph.errors import ThreadBusyError
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.utils.errors import ThreadBusyError
 from tenxgraph.utils.sync import run_sync
 
 

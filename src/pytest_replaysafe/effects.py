@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tenxgraph.core.crashpoints import crash_point
-from tenxgraph.core.graph.context import current_run
-from tenxgraph.core.graph.tool_call import current_tool_call
+from tenxgraph.core.tools.context import current_run, current_tool_call
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS effects (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,

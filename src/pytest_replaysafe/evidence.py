@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tenxgraph.core.graph.tool_call import ToolEvent
+    from tenxgraph.core.graph.utils.instrument import ToolEvent
 
 
 def fingerprint(value: object) -> str | None:

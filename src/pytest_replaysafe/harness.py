@@ -41,8 +41,9 @@ from pytest_replaysafe.spy import RecordingCheckpointer
 from pytest_replaysafe.verdict import Reference, call_labels, judge, reference, result_problems
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
-from tenxgraph.core.graph.tool_call import ToolCallInfo, add_tool_observer, set_completion_order
+from tenxgraph.core.tools.context import ToolCallInfo
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.utils.instrument import Instrument, install
 
 UNROUTED = (
     "the test never ran its agent through crash_run: drive runs with crash_run.invoke(app, input) (or ainvoke, "
@@ -287,14 +288,12 @@ class CrashRun:
         if config.pop("thread_id", None) is not None:
             raise pytest.UsageError("crash_run.invoke: leave thread_id out of config; crash_run assigns thread ids")
         self.driven = True
-        remove = add_tool_observer(self.log.observe)
-        set_completion_order(self._order)
+        remove = install(Instrument(on_tool=self.log.observe, completion_order=self._order))
         try:
             if self.cell is None:
                 return self._clean_only(app, input, config, stream)
             return self._matrix(app, input, config, stream)
         finally:
-            set_completion_order(None)
             remove()
             self._drive_index += 1
 

@@ -31,8 +31,8 @@ IN_FLIGHT_POINTS = frozenset({"tool.in_flight", "tool.after_return"})
 def second_worker(run: Runner, hit: Hit) -> str:
     """Resume *hit*'s thread as another worker would: ``refused``, ``finished`` or ``failed: <why>``."""
     from pytest_replaysafe.spy import RecordingCheckpointer
-    from tenxgraph.errors import ThreadBusyError
     from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+    from tenxgraph.utils.errors import ThreadBusyError
 
     inner: Any = run.checkpointer.inner
     outcome: list[str] = []

@@ -108,7 +108,7 @@ def arm_crash(point: str, hit: int, window: dict[str, str], crash: Callable[[str
     ``ledger.read_error`` the read succeeds, the node's end crashes, and the resume's read fails."""
     from tenxgraph.core import crashpoints
     from tenxgraph.core.crashpoints import InjectedFault
-    from tenxgraph.core.graph.tool_call import current_tool_call
+    from tenxgraph.core.tools.context import current_tool_call
 
     def capture_then(action: Callable[[str, int], None]) -> Callable[[str, int], None]:
         def fire(name: str, n: int) -> None:
@@ -167,7 +167,7 @@ class InProcess:
 
     def resume(self, run: Runner, hit: Hit) -> RunResult[Any]:
         from tenxgraph.core import crashpoints
-        from tenxgraph.errors import LedgerReadError
+        from tenxgraph.utils.errors import LedgerReadError
 
         try:
             arm_resume(hit.point)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_replaysafe.evidence import Entry, call_id_of, fingerprint
 
 if TYPE_CHECKING:
-    from tenxgraph.core.state.messages import Message
+    from tenxgraph.state.messages import Message
 
 
 def provenance(

@@ -75,7 +75,7 @@ class _Children:
         in on exit). On exit A goes on (or, *kill*, is killed there) and its outcome is ``finished``, ``stale``
         (its write was refused), ``killed`` or a failure."""
         from tenxgraph.core import crashpoints
-        from tenxgraph.errors import StaleStateError, ThreadBusyError
+        from tenxgraph.utils.errors import StaleStateError, ThreadBusyError
 
         run, hit = self.run, self.hit
         paused_r, paused_w = os.pipe()
@@ -144,7 +144,7 @@ class Contest:
     def b(self) -> str:
         from tenxgraph.core import crashpoints
         from tenxgraph.core.crashpoints import CrashInjected
-        from tenxgraph.errors import ThreadBusyError
+        from tenxgraph.utils.errors import ThreadBusyError
 
         def entered(name: str, n: int) -> None:
             raise CrashInjected(name, n)
@@ -163,7 +163,7 @@ class Contest:
 
     def c(self) -> str:
         from tenxgraph.core import crashpoints
-        from tenxgraph.errors import LedgerReadError
+        from tenxgraph.utils.errors import LedgerReadError
 
         hit = self.hit
         self.run.checkpointer.bypass_lock = True

@@ -11,10 +11,10 @@ from typing import Any
 from pytest_replaysafe.evidence import Entry, ExecutionLog, fingerprint
 from pytest_replaysafe.gaps import RECORD_FAILED
 from pytest_replaysafe.matrix import first_state_path
-from tenxgraph.core.state.messages import JSON, Message
-from tenxgraph.errors import SerializationError
+from tenxgraph.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
+from tenxgraph.utils.errors import SerializationError
 
 
 class RecordingCheckpointer(DelegatingCheckpointer):

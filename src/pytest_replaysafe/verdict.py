@@ -20,7 +20,7 @@ from pytest_replaysafe.outcome import Outcome
 from pytest_replaysafe.provenance import answer_to, provenance, shared_keys
 
 if TYPE_CHECKING:
-    from tenxgraph.core.state.messages import Message
+    from tenxgraph.state.messages import Message
 
 #: Points that fire while tool calls are in progress: only there may a sibling legitimately be unfinished at the
 #: crash (running, or returned and not recorded yet). At every other point the node had completed or not

@@ -11,10 +11,13 @@ from tenxgraph.core.graph import (
     ToolNode,
     ToolOutput,
 )
-from tenxgraph.core.graph.tool_call import ToolContext, current_tool_call
-from tenxgraph.core.graph.tools import tool
-from tenxgraph.core.state import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
-from tenxgraph.errors import (
+from tenxgraph.core.tools.context import ToolContext, current_tool_call
+from tenxgraph.core.tools.tool import tool
+from tenxgraph.models import Reply, ScriptedModel
+from tenxgraph.prebuilt import ReactAgent
+from tenxgraph.state import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
+from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer
+from tenxgraph.utils.errors import (
     ConfigError,
     GraphRecursionError,
     IntentWriteError,
@@ -27,9 +30,6 @@ from tenxgraph.errors import (
     ThreadBusyError,
     ToolTimeoutError,
 )
-from tenxgraph.models import Reply, ScriptedModel
-from tenxgraph.prebuilt import ReactAgent
-from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer
 
 __version__ = "0.1.0"
 

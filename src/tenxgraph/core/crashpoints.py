@@ -79,7 +79,7 @@ class CrashPoint:
 
 
 _HANDLER = "tenxgraph.core.graph.utils.invoke_node_handler"
-_TRANSACTIONAL = ("tenxgraph.core.graph.transactional",)  # a transactional tool's call: inside its transaction
+_TRANSACTIONAL = ("tenxgraph.core.graph.utils.transactional",)  # a transactional tool's call: inside its transaction
 #: Every built-in point, in the order the points fire in a run.
 POINTS: tuple[CrashPoint, ...] = (
     CrashPoint(
@@ -311,10 +311,10 @@ def parse_crash_spec(spec: str) -> tuple[str, int, str | None]:
 def arm_from_env() -> bool:
     """Arm the point named by ``TENXGRAPH_CRASH_AT`` (default action for it there: ``kill``). True if armed.
 
-    A bad value is a :class:`~tenxgraph.errors.ConfigError` naming the variable and the known points: fault
+    A bad value is a :class:`~tenxgraph.utils.errors.ConfigError` naming the variable and the known points: fault
     injection is never half-armed by a typo. Production never sets the variable; then nothing is armed and every
     crash point costs one global check."""
-    from tenxgraph.errors import ConfigError
+    from tenxgraph.utils.errors import ConfigError
 
     spec = os.environ.get(ENV_CRASH_AT)
     if not spec:

@@ -6,8 +6,8 @@ import os
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from tenxgraph.core.state.messages import JSON, Message
-from tenxgraph.errors import ConfigError
+from tenxgraph.state.messages import JSON, Message
+from tenxgraph.utils.errors import ConfigError
 
 
 @runtime_checkable

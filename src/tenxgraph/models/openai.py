@@ -13,10 +13,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tenxgraph.core.state.messages import JSON, Message, TextBlock, ToolCallBlock
-from tenxgraph.errors import ProviderUnavailableError
 from tenxgraph.models.base import require_api_key
+from tenxgraph.state.messages import JSON, Message, TextBlock, ToolCallBlock
 from tenxgraph.utils.constants import install_hint
+from tenxgraph.utils.errors import ProviderUnavailableError
 
 API_KEY_ENV = "OPENAI_API_KEY"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tenxgraph.errors import ConfigError, UnknownProviderError
 from tenxgraph.models.base import ChatModel
+from tenxgraph.utils.errors import ConfigError, UnknownProviderError
 
 ProviderFactory = Callable[..., ChatModel]
 _providers: dict[str, ProviderFactory] = {}

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock
-from tenxgraph.errors import TenxGraphError
+from tenxgraph.state.messages import JSON, Message, ToolCallBlock
+from tenxgraph.utils.errors import TenxGraphError
 
 
 class ScriptExhaustedError(TenxGraphError):

@@ -8,14 +8,14 @@ from typing import Any, Generic, TypeVar
 from tenxgraph.core.graph.compiled import CompiledGraph
 from tenxgraph.core.graph.state_graph import StateGraph
 from tenxgraph.core.graph.tool_node import ToolNode
-from tenxgraph.core.graph.tools import Tool
-from tenxgraph.core.state.messages import Message
-from tenxgraph.core.state.state import AgentState
-from tenxgraph.errors import ConfigError, TenxGraphError
+from tenxgraph.core.tools.tool import Tool
 from tenxgraph.models.base import ChatModel
 from tenxgraph.models.registry import resolve_model
+from tenxgraph.state.messages import Message
+from tenxgraph.state.state import AgentState
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.constants import END
+from tenxgraph.utils.errors import ConfigError, TenxGraphError
 
 S = TypeVar("S", bound=AgentState)
 MAIN = "MAIN"

@@ -21,13 +21,13 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
     raise ImportError(f"the API server needs the server extra: {install_hint('server')} ({exc})") from exc
 
 from tenxgraph.core.graph.compiled import CompiledGraph
-from tenxgraph.core.state.messages import Message, id_problem, new_id
-from tenxgraph.errors import ConfigError, GraphBuildError, SerializationError, ThreadBusyError
 from tenxgraph.server.doors import Authenticate, Doors, Refused, stored_id
 from tenxgraph.server.limits import BadRequest, Limits, parse_run, read_body
 from tenxgraph.server.metrics import Metrics
 from tenxgraph.server.recovery import Recovery
+from tenxgraph.state.messages import Message, id_problem, new_id
 from tenxgraph.utils.constants import LOGGER_NAME, THREAD_ID_MAX_BYTES
+from tenxgraph.utils.errors import ConfigError, GraphBuildError, SerializationError, ThreadBusyError
 from tenxgraph.utils.events import emit_event
 
 log = logging.getLogger(f"{LOGGER_NAME}.server")

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenxgraph.errors import ConfigError
+from tenxgraph.utils.errors import ConfigError
 
 #: Host names a server on a loopback address answers to unless told more (DNS rebinding sends any other).
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from tenxgraph.core.graph.config import KNOWN_KEYS
-from tenxgraph.core.state.messages import Message, TextBlock, new_id
+from tenxgraph.core.tools.config import KNOWN_KEYS
 from tenxgraph.server.doors import Refused
+from tenxgraph.state.messages import Message, TextBlock, new_id
 from tenxgraph.utils.constants import NODE_TIMEOUT, RECURSION_LIMIT, TOOL_TIMEOUT
 
 RUN_FIELDS = ("messages", "config")

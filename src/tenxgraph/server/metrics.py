@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from tenxgraph.core.graph.tool_call import ToolEvent, add_tool_observer
-from tenxgraph.utils.events import add_event_observer
+from tenxgraph.core.graph.utils.instrument import ToolEvent
+from tenxgraph.utils.instrument import Instrument, install
 
 #: Run latency buckets, in seconds.
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -47,7 +47,7 @@ class Metrics:
         self._removers: list[Callable[[], None]] = []
 
     def start(self) -> None:
-        self._removers = [add_event_observer(self.on_event), add_tool_observer(self.on_tool)]
+        self._removers = [install(Instrument(on_event=self.on_event, on_tool=self.on_tool))]
 
     def stop(self) -> None:
         for remove in self._removers:

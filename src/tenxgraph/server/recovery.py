@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tenxgraph.core.graph.compiled import CompiledGraph
-from tenxgraph.errors import StaleStateError, ThreadBusyError
 from tenxgraph.storage.checkpointer.base import hold_run_lock
 from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.errors import StaleStateError, ThreadBusyError
 from tenxgraph.utils.events import emit_event
 
 log = logging.getLogger(f"{LOGGER_NAME}.server")

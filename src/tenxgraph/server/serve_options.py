@@ -11,9 +11,9 @@ from functools import partial
 from typing import Any
 
 from tenxgraph.core.crashpoints import ENV_CRASH_AT, ENV_CRASH_TEST, armed_points
-from tenxgraph.errors import ConfigError
 from tenxgraph.server.doors import LOOPBACK_HOSTS, parse_tokens
 from tenxgraph.server.limits import Limits
+from tenxgraph.utils.errors import ConfigError
 
 DEFAULT_TOKEN_ENV = "TENXGRAPH_API_TOKEN"
 #: The ceilings of a request's config: ``--max-<name>`` sets ``Limits.<name>``.

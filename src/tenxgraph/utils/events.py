@@ -11,23 +11,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tenxgraph.utils import instrument
 from tenxgraph.utils.constants import LOGGER_NAME
 
 events_log = logging.getLogger(f"{LOGGER_NAME}.events")
-_observers: list[Callable[[str, dict[str, Any]], None]] = []
 
 
 def add_event_observer(observer: Callable[[str, dict[str, Any]], None]) -> Callable[[], None]:
     """Call *observer* with every event's name and fields, whatever the log level (a server's metrics count them).
-    Returns a function that removes it; observers must be quick."""
-    _observers.append(observer)
-    return lambda: _observers.remove(observer) if observer in _observers else None
+    Returns a function that removes it; observers must be quick. (An :class:`~tenxgraph.utils.instrument.Instrument`
+    with ``on_event``.)"""
+    return instrument.install(instrument.Instrument(on_event=observer))
 
 
 def emit_event(event: str, level: int = logging.WARNING, **fields: Any) -> None:
     """Log *event* with *fields* (JSON values) at *level*."""
-    for observer in list(_observers):
-        observer(event, fields)
+    for watcher in instrument.installed:
+        if watcher.on_event is not None:
+            watcher.on_event(event, fields)
     if not events_log.isEnabledFor(level):
         return
     payload = {"event": event, **fields}

@@ -7,8 +7,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from tenxgraph.errors import ConfigError
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.utils.errors import ConfigError
 
 
 def is_async(fn: Any) -> bool:

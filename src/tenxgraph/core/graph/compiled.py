@@ -20,17 +20,17 @@ from typing import Any, Generic, TypeVar
 
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.compile_checks import check_transactional, is_async, with_in_doubt_default
-from tenxgraph.core.graph.config import RunConfig
-from tenxgraph.core.graph.context import RunContext, reset_current_run, set_current_run
 from tenxgraph.core.graph.graph_spec import GraphSpec
 from tenxgraph.core.graph.message_cache import MessageCache
 from tenxgraph.core.graph.results import RunResult, StreamEvent
-from tenxgraph.core.state.messages import Message
-from tenxgraph.core.state.state import AgentState
-from tenxgraph.errors import ConfigError, GraphBuildError, GraphRecursionError, NodeTimeoutError, RunLockLostError
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer, hold_run_lock
+from tenxgraph.core.tools.config import RunConfig
+from tenxgraph.core.tools.context import RunContext, running_node
+from tenxgraph.state.messages import Message
+from tenxgraph.state.state import AgentState
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer, RunLockSession, hold_run_lock
 from tenxgraph.storage.checkpointer.memory import InMemoryCheckpointer
 from tenxgraph.utils.constants import END, LOGGER_NAME
+from tenxgraph.utils.errors import ConfigError, GraphBuildError, GraphRecursionError, NodeTimeoutError, RunLockLostError
 from tenxgraph.utils.events import emit_event
 from tenxgraph.utils.sync import run_sync, to_thread
 
@@ -152,8 +152,10 @@ class CompiledGraph(Generic[S]):
 
     async def _run(self, input: Mapping[str, Any] | None, cfg: RunConfig) -> AsyncIterator[StreamEvent]:
         new_messages, new_values = self._parse_input(input)
-        self.checkpointer.read_with_lock(cfg.thread_id, self.message_cache.after(self.checkpointer, cfg.thread_id))
-        async with hold_run_lock(self.checkpointer, cfg.thread_id, cfg.lock_timeout):  # one run per thread at a time
+        after = self.message_cache.after(self.checkpointer, cfg.thread_id)  # a turn reads only newer messages
+        async with hold_run_lock(  # one run per thread at a time
+            self.checkpointer, cfg.thread_id, cfg.lock_timeout, messages_after=after
+        ) as session:
             cp = self.checkpointer
             tid = cfg.thread_id
             snap = await cp.aget_thread(tid)
@@ -165,7 +167,7 @@ class CompiledGraph(Generic[S]):
                 state = self.state_schema.from_values(snap.values, await self.message_cache.load(cp, tid))
                 version = snap.version
             seen = {m.message_id for m in state.messages}
-            run = _Run(self, cfg, state, version, seen)
+            run = _Run(self, cfg, state, version, seen, session)
 
             meta = state.meta
             if meta.status in ("running", "error") and meta.current_node not in (None, END):
@@ -206,8 +208,10 @@ class _Run(Generic[S]):
         state: S,
         version: int,
         seen: set[str],
+        session: RunLockSession,
     ) -> None:
         self.graph, self.cfg, self.state, self.version, self.seen = graph, cfg, state, version, seen
+        self.session = session
         self.steps = 0
         self.resuming = False  # the next node is the one an interrupted run left unfinished
 
@@ -268,7 +272,7 @@ class _Run(Generic[S]):
             meta.status = "done" if nxt == END else "running"
             meta.error = None
             if last and nxt == END:  # the run's last write: the run lock may go in the same round trip
-                graph.checkpointer.release_lock_with_next_write(cfg.thread_id)
+                self.session.next_write_is_last()
             crash_point("node.after_complete")  # (after the hint: a lock released early shows in a contest here)
             await self._write(messages)
             crash_point("run.after_advance")
@@ -279,11 +283,12 @@ class _Run(Generic[S]):
         graph, cfg = self.graph, self.cfg
         fn = graph.nodes[node]
         view = dataclasses.replace(self.state, messages=list(self.state.messages))
-        token = set_current_run(RunContext(cfg, graph.checkpointer, node, self.resuming))
+        ctx = RunContext(cfg, graph.checkpointer, node, self.resuming)
         self.resuming = False
         try:
-            async with asyncio.timeout(cfg.node_timeout) as limit:
-                return await (fn(view) if graph._async_nodes[node] else to_thread(fn, view))
+            with running_node(ctx):
+                async with asyncio.timeout(cfg.node_timeout) as limit:
+                    return await (fn(view) if graph._async_nodes[node] else to_thread(fn, view))
         except TimeoutError as exc:
             if not limit.expired():
                 await self._fail(node, exc)
@@ -291,8 +296,6 @@ class _Run(Generic[S]):
             await self._fail(node, NodeTimeoutError(node, cfg.node_timeout))
         except Exception as exc:
             await self._fail(node, exc)
-        finally:
-            reset_current_run(token)
 
     async def _fail(self, node: str, exc: Exception) -> None:
         """Store the error (the node stays current, so a resume retries it), then re-raise. A run that lost its

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from tenxgraph.core.state.state import AgentState
+from tenxgraph.state.state import AgentState
 
 S_co = TypeVar("S_co", bound=AgentState, covariant=True)
 NodeFn = Callable[[Any], Any]

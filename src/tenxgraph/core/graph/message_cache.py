@@ -16,7 +16,7 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from tenxgraph.core.state.messages import Message
+from tenxgraph.state.messages import Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
 DEFAULT_THREADS = 256

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from tenxgraph.core.state.messages import Message
-from tenxgraph.core.state.state import AgentState
+from tenxgraph.state.messages import Message
+from tenxgraph.state.state import AgentState
 
 S = TypeVar("S", bound=AgentState)
 

@@ -7,10 +7,10 @@ from typing import Any, Generic, TypeVar
 
 from tenxgraph.core.graph.compiled import CompiledGraph
 from tenxgraph.core.graph.graph_spec import ConditionalEdge, NodeFn
-from tenxgraph.core.state.state import AgentState
-from tenxgraph.errors import GraphBuildError
+from tenxgraph.state.state import AgentState
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.constants import END
+from tenxgraph.utils.errors import GraphBuildError
 
 S = TypeVar("S", bound=AgentState)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tenxgraph.core.graph.context import current_run
-from tenxgraph.core.graph.tools import Tool
 from tenxgraph.core.graph.utils.invoke_node_handler import invoke_tool_calls
-from tenxgraph.core.state.messages import JSON
-from tenxgraph.core.state.state import AgentState
-from tenxgraph.errors import GraphBuildError
+from tenxgraph.core.tools.context import current_run
+from tenxgraph.core.tools.tool import Tool
+from tenxgraph.state.messages import JSON
+from tenxgraph.state.state import AgentState
+from tenxgraph.utils.errors import GraphBuildError
 
 
 class ToolNode:
@@ -38,7 +38,15 @@ class ToolNode:
         message = state.last_message
         if message is None or message.role != "assistant" or not message.tool_calls:
             return {}
-        executions = await invoke_tool_calls(message, self.tools, ctx)
+        executions = await invoke_tool_calls(
+            message,
+            self.tools,
+            ctx.checkpointer,
+            ctx.thread_id,
+            tool_timeout=ctx.config.tool_timeout,
+            resumed=ctx.resumed,
+            node=ctx.node,
+        )
         update: dict[str, Any] = {}
         for execution in executions:  # in call order: a later call's field update wins
             update.update(execution.update or {})

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from tenxgraph.core.state.messages import JSON, Message, dumps, id_problem
-from tenxgraph.errors import ConfigError, SerializationError, ThreadBusyError
+from tenxgraph.state.messages import JSON, Message, dumps, id_problem
+from tenxgraph.utils.backoff import Backoff
 from tenxgraph.utils.constants import THREAD_ID_MAX_BYTES
+from tenxgraph.utils.errors import ConfigError, SerializationError, ThreadBusyError
 from tenxgraph.utils.sync import run_sync
 
 
@@ -272,12 +273,36 @@ def encode_messages(messages: Iterable[Message]) -> list[tuple[str, str]]:
     return [(m.message_id, dumps(m.to_dict(), f"message {m.message_id}")) for m in messages]
 
 
+#: Between attempts at a busy thread's run lock: 5 ms, doubled each time, at most 0.1 s (or the holder's lease).
+BUSY_BACKOFF = Backoff(0.005, 2.0, 0.1)
+
+
+@dataclass(frozen=True, slots=True)
+class RunLockSession:
+    """A held run lock, as the run loop sees it: what it says about its run goes through here, and each backend
+    makes of it what it can (PostgreSQL saves round trips with it; the others need nothing)."""
+
+    checkpointer: BaseCheckpointer
+    thread_id: str
+
+    def next_write_is_last(self) -> None:
+        """The run's next state write is its last one: the lock may be released in the same round trip, after the
+        write (if that write never happens, the lock is released as usual when the session ends)."""
+        self.checkpointer.release_lock_with_next_write(self.thread_id)
+
+
 @asynccontextmanager
-async def hold_run_lock(checkpointer: BaseCheckpointer, thread_id: str, timeout: float | None) -> AsyncIterator[None]:
+async def hold_run_lock(
+    checkpointer: BaseCheckpointer, thread_id: str, timeout: float | None, *, messages_after: int | None = None
+) -> AsyncIterator[RunLockSession]:
     """Hold *checkpointer*'s run lock on *thread_id*, waiting up to *timeout* seconds (None: not at all) while
-    another run holds it; then :class:`ThreadBusyError`, saying how long it waited."""
+    another run holds it; then :class:`ThreadBusyError`, saying how long it waited. *messages_after*: the run's
+    first reads will be the thread's state and its messages stored after that sequence number (a backend may
+    read them with the lock)."""
+    if messages_after is not None:
+        checkpointer.read_with_lock(thread_id, messages_after)
     deadline = time.monotonic() + (timeout or 0.0)
-    delay = 0.005
+    delays = BUSY_BACKOFF.delays()
     while True:
         lock = checkpointer.arun_lock(thread_id)
         try:
@@ -289,12 +314,11 @@ async def hold_run_lock(checkpointer: BaseCheckpointer, thread_id: str, timeout:
                     raise ThreadBusyError(thread_id, timeout, exc.holder, exc.retry_after) from None
                 raise
             # (a lease's holder that stops renewing frees the thread no sooner than retry_after: no busy polling)
-            await asyncio.sleep(min(max(delay, min(exc.retry_after or 0.0, 1.0)), left))
-            delay = min(delay * 2, 0.1)
+            await asyncio.sleep(min(max(next(delays), min(exc.retry_after or 0.0, 1.0)), left))
             continue
         break
     try:
-        yield
+        yield RunLockSession(checkpointer, thread_id)
     except BaseException as exc:
         if not await lock.__aexit__(type(exc), exc, exc.__traceback__):
             raise

@@ -8,9 +8,9 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from tenxgraph.core.state.messages import JSON, Message
-from tenxgraph.errors import SerializationError
+from tenxgraph.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, MessagesAfter, ThreadSnapshot
+from tenxgraph.utils.errors import SerializationError
 
 
 class DelegatingCheckpointer(BaseCheckpointer):

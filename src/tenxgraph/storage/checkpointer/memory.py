@@ -8,8 +8,7 @@ import time
 from collections.abc import Sequence
 from datetime import timedelta
 
-from tenxgraph.core.state.messages import JSON, Message, dumps
-from tenxgraph.errors import StaleStateError
+from tenxgraph.state.messages import JSON, Message, dumps
 from tenxgraph.storage.checkpointer.base import (
     RESUMABLE_STATUSES,
     BaseCheckpointer,
@@ -20,6 +19,7 @@ from tenxgraph.storage.checkpointer.base import (
     decode_record,
     encode_messages,
 )
+from tenxgraph.utils.errors import StaleStateError
 
 
 class InMemoryCheckpointer(BaseCheckpointer):

@@ -28,23 +28,15 @@ travel with the run lock), and splitting the class would scatter one contract ov
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
-import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
-from tenxgraph.core.state.messages import JSON, Message, dumps
-from tenxgraph.errors import (
-    ConfigError,
-    SerializationError,
-    StaleStateError,
-    StorageConnectionError,
-)
+from tenxgraph.state.messages import JSON, Message, dumps
 from tenxgraph.storage.checkpointer.base import (
     RESUMABLE_STATUSES,
     BaseCheckpointer,
@@ -54,23 +46,29 @@ from tenxgraph.storage.checkpointer.base import (
     check_thread_id,
     encode_group,
     encode_messages,
-    migration_plan,
     prune_in_batches,
 )
 from tenxgraph.utils.constants import LOGGER_NAME, install_hint
+from tenxgraph.utils.errors import (
+    ConfigError,
+    SerializationError,
+    StaleStateError,
+)
 
 # The hyphenated spelling works with every pip; pip 23.2 (Python 3.11's) ignores "[pg_checkpoint]" with a warning.
 _EXTRA_HINT = f"PgCheckpointer needs the pg-checkpoint extra: {install_hint('pg-checkpoint')}"
 try:
     import psycopg
     from psycopg import sql
-    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+    from psycopg_pool import AsyncConnectionPool
 
     import tenxgraph.storage.checkpointer.pg_connect as pg_connect
     from tenxgraph.storage.checkpointer.pg_cache import RedisStateCache, thread_key
-    from tenxgraph.storage.checkpointer.pg_lease import DEFAULT_LEASE_S
+    from tenxgraph.storage.checkpointer.pg_first_reads import FirstReadsWithLock, messages_after
+    from tenxgraph.storage.checkpointer.pg_pool import PgPool
     from tenxgraph.storage.checkpointer.pg_run_lock import NotHeld, PgRunLocks
-    from tenxgraph.storage.checkpointer.pg_sql import MIGRATIONS, QUERIES, json_rows
+    from tenxgraph.storage.checkpointer.pg_settings import PgSettings, PgSettingsArgs
+    from tenxgraph.storage.checkpointer.pg_sql import QUERIES, json_rows
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(f"{_EXTRA_HINT} ({exc})") from exc
 
@@ -79,8 +77,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(LOGGER_NAME)
 T = TypeVar("T")
-#: The run's first reads, made in its run lock's round trip: the thread's state, and its messages after a number.
-FirstReads: TypeAlias = tuple[ThreadSnapshot | None, tuple[int, MessagesAfter] | None]
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -103,13 +99,12 @@ class PgCheckpointer(BaseCheckpointer):
         pool: AsyncConnectionPool | None = None,
         redis: aioredis.Redis | None = None,
         schema: str = "public",
-        cache_ttl: int = 3600,
-        max_pool_size: int = 10,
-        retries: int = 3,
-        connect_timeout: float = 5.0,
-        auto_setup: bool = True,
-        run_lease: float = DEFAULT_LEASE_S,
+        **settings: Unpack[PgSettingsArgs],
     ) -> None:
+        """Exactly one of *postgres_dsn* or *pool* (yours: then you open and close it); a Redis cache from
+        *redis_url* or *redis* if you want one; tables in *schema*. The tuning *settings* (``cache_ttl``,
+        ``max_pool_size``, ``retries``, ``connect_timeout``, ``auto_setup``, ``run_lease``) are described in
+        :class:`.pg_settings.PgSettings`."""
         if (postgres_dsn is None) == (pool is None):
             raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pool=")
         if redis_url is not None and redis is not None:
@@ -118,42 +113,26 @@ class PgCheckpointer(BaseCheckpointer):
             pg_connect.check_dsn(postgres_dsn)
         if redis_url is not None:
             pg_connect.check_redis_url(redis_url)
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ConfigError(f"retries must be a whole number >= 0, got {retries!r}")
-        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, int | float) or connect_timeout <= 0:
-            raise ConfigError(f"connect_timeout must be a number of seconds > 0, got {connect_timeout!r}")
-        if isinstance(run_lease, bool) or not isinstance(run_lease, int | float) or not 0.05 <= run_lease <= 3600:
-            raise ConfigError(f"run_lease must be a number of seconds between 0.05 and 3600, got {run_lease!r}")
-        if isinstance(cache_ttl, bool) or not isinstance(cache_ttl, int) or cache_ttl < 0:
-            raise ConfigError(f"cache_ttl must be a whole number of seconds >= 0 (0 = no expiry), got {cache_ttl!r}")
+        self.settings = PgSettings.of(settings)
         self.schema = validate_identifier(schema)
         self.postgres_dsn = postgres_dsn
         self.redis_url = redis_url
-        self.cache_ttl = cache_ttl
-        self.max_pool_size = max_pool_size
-        self.retries = retries
-        self.connect_timeout = float(connect_timeout)
-        self.auto_setup = auto_setup
+        self.cache_ttl = self.settings.cache_ttl
+        self.max_pool_size = self.settings.max_pool_size
+        self.retries = self.settings.retries
+        self.connect_timeout = float(self.settings.connect_timeout)
+        self.auto_setup = self.settings.auto_setup
         #: How long a run's lease on its thread lasts without renewal (see :mod:`.pg_lease`).
-        self.run_lease = float(run_lease)
+        self.run_lease = float(self.settings.run_lease)
         #: The host identity written in leases (None: :func:`.pg_lease.host_identity`). Processes with one identity
         #: must see each other's pids: a holder on this host whose pid is gone is taken over at once.
         self.lease_host: str | None = None
-        self._user_pool = pool
-        self._pool: AsyncConnectionPool | None = pool
+        self._pool = PgPool(postgres_dsn, pool, self.schema, self.settings)
         has_cache = redis_url is not None or redis is not None
+        cache_ttl = self.cache_ttl
         self._cache = RedisStateCache(self.cache_prefix, cache_ttl, redis_url, redis) if has_cache else None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pid = os.getpid()
-        self._ready = False
-        #: The schema is known to be set up (survives a fork: a forked child neither probes nor sets up again).
-        self._set_up = False
-        self._open_lock: asyncio.Lock | None = None
-        # The thread's state, read in the same round trip as taking its lock (a run's first read), until used.
-        self._read_with_lock: dict[str, ThreadSnapshot | None] = {}
-        # Which messages a run will read first (read_with_lock), and those messages, read in the same round trip.
-        self._messages_hint: dict[str, int] = {}
-        self._messages_with_lock: dict[str, tuple[int, MessagesAfter]] = {}
+        # The run's first reads, made in its run lock's round trip (see arun_lock), until used.
+        self._first_reads = FirstReadsWithLock()
         # Rendered once to plain strings (the schema is a validated identifier): psycopg caches the parsing of
         # str queries, while a sql.Composed is converted again on every call.
         self._q = {
@@ -169,84 +148,19 @@ class PgCheckpointer(BaseCheckpointer):
     def has_cache(self) -> bool:
         return self._cache is not None
 
-    # -- connections ------------------------------------------------------------------------------------
+    # -- connections (pg_pool.py) ------------------------------------------------------------------------
     async def _ensure_open(self) -> AsyncConnectionPool:
-        loop = asyncio.get_running_loop()
-        if self._pid != os.getpid():  # a forked child never uses the parent's sockets
-            self._pid, self._loop, self._ready, self._open_lock = os.getpid(), None, False, None
-            self._read_with_lock, self._messages_hint, self._messages_with_lock = {}, {}, {}
+        if self._pool.forked():  # a forked child never uses the parent's sockets, nor its run locks
+            self._first_reads = FirstReadsWithLock()
             self._locks = PgRunLocks(self)  # (the parent's renewer thread stayed behind)
-            self._pool = self._user_pool if self.postgres_dsn is None else None
             if self._cache is not None:
                 self._cache.forget_after_fork()
-        if self._loop is not None and self._loop is not loop and self.postgres_dsn is not None:
-            raise ConfigError(
-                "this PgCheckpointer's connection pool belongs to another event loop; use either its async methods "
-                "from one loop or its sync methods (invoke, get_thread ...), not both"
-            )
-        if self._ready and self._pool is not None:
-            return self._pool
-        if self._open_lock is None:
-            self._open_lock = asyncio.Lock()
-        async with self._open_lock:
-            if self._pool is None:
-                assert self.postgres_dsn is not None
-                if not self._set_up:  # fail fast, with why (a forked child's parent has connected already)
-                    await pg_connect.probe(self.postgres_dsn, self.connect_timeout, self.retries)
-                self._pool = AsyncConnectionPool(
-                    self.postgres_dsn or "",
-                    min_size=1,
-                    max_size=self.max_pool_size,
-                    open=False,
-                    kwargs={"autocommit": True},
-                    timeout=self.connect_timeout,
-                    name=f"tenxgraph-{self.schema}",
-                )
-                await self._pool.open(wait=True, timeout=self.connect_timeout)
-            self._loop = loop
-            if self.auto_setup and not self._set_up:
-                await self._setup(self._pool)
-            self._ready = self._set_up = True
-        return self._pool
+        return await self._pool.open()
 
     async def _retrying(self, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         """Run *op* on a pooled connection; retry transient failures only (see :mod:`.pg_connect`)."""
-        pool = await self._ensure_open()
-        delay = pg_connect.BACKOFF_START
-        for attempt in range(self.retries + 1):
-            try:
-                async with pool.connection(timeout=self.connect_timeout) as conn:
-                    return await op(conn)
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                if not pg_connect.is_transient(exc):
-                    raise
-                delay = await self._before_retry(pool, what, exc, attempt, delay)
-        raise AssertionError("unreachable")
-
-    async def _before_retry(
-        self, pool: AsyncConnectionPool, what: str, exc: Exception, attempt: int, delay: float
-    ) -> float:
-        """After a transient failure: give up after the last attempt; else, when the connection was lost (the
-        server dropped it: a restart, a failover, an idle-session killer), have the pool test its idle connections
-        and replace the dead ones (they went with it, and the next attempt would take one), wait, and go on."""
-        if attempt == self.retries:
-            raise StorageConnectionError(
-                f"PostgreSQL {what} failed {self.retries + 1} times (connect_timeout="
-                f"{self.connect_timeout:g}s, retries={self.retries}): {type(exc).__name__}: {exc}"
-            ) from exc
-        log.warning(
-            "PostgreSQL %s failed (%s: %s); retrying in %.2fs (attempt %d of %d)",
-            what,
-            type(exc).__name__,
-            exc,
-            delay,
-            attempt + 1,
-            self.retries,
-        )
-        if pg_connect.is_connection_lost(exc):
-            await pool.check()
-        await asyncio.sleep(delay)
-        return min(delay * pg_connect.BACKOFF_FACTOR, pg_connect.BACKOFF_MAX)
+        await self._ensure_open()
+        return await self._pool.retrying(what, op)
 
     async def _on_thread(
         self, thread_id: str, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
@@ -262,41 +176,20 @@ class PgCheckpointer(BaseCheckpointer):
 
     async def asetup(self) -> None:
         """Create or migrate the schema. Idempotent; safe to call from several processes at once."""
-        await self._ensure_open()
+        pool = await self._ensure_open()
         if not self.auto_setup:
-            await self._setup(self._pool)  # type: ignore[arg-type]
+            await self._pool.setup(pool)
 
     def setup(self) -> None:
         from tenxgraph.utils.sync import run_sync
 
         run_sync(self.asetup())
 
-    async def _setup(self, pool: AsyncConnectionPool) -> None:
-        schema = sql.Identifier(self.schema)
-        lock_key = f"tenxgraph-schema:{self.schema}"
-        async with pool.connection(timeout=self.connect_timeout) as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock_key,))
-            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-            await conn.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {}.schema_version "
-                    "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-                ).format(schema)
-            )
-            cur = await conn.execute(sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version").format(schema))
-            row = await cur.fetchone()
-            current = int(row[0]) if row else 0
-            for version, statements in migration_plan(current, MIGRATIONS, f"schema {self.schema!r}"):
-                for statement in statements:
-                    await conn.execute(sql.SQL(statement).format(schema=schema))
-                await conn.execute(
-                    sql.SQL("INSERT INTO {}.schema_version (version) VALUES (%s)").format(schema), (version,)
-                )
-
     # -- thread state -----------------------------------------------------------------------------------
     async def _fetch_thread(self, thread_id: str) -> ThreadSnapshot | None:
-        if thread_id in self._read_with_lock:  # read in the lock's own round trip, after the lock was taken
-            return self._read_with_lock.pop(thread_id)
+        read, found = self._first_reads.state(thread_id)
+        if read:  # read in the lock's own round trip, after the lock was taken
+            return found
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> ThreadSnapshot | None:
             cur = await conn.execute(self._q["get_thread"], (thread_id,))
@@ -325,7 +218,7 @@ class PgCheckpointer(BaseCheckpointer):
         new_messages: Sequence[Message] = (),
     ) -> int:
         check_thread_id(thread_id)
-        self._forget_reads_with_lock(thread_id)  # a read made before this write is no longer the state
+        self._first_reads.forget(thread_id)  # a read made before this write is no longer the state
         text = dumps(values, f"state of thread {thread_id!r}")
         rows = json_rows("id", "data", encode_messages(new_messages))
         params: tuple[object, ...]
@@ -371,20 +264,19 @@ class PgCheckpointer(BaseCheckpointer):
 
     async def alist_messages_after(self, thread_id: str, after_seq: int) -> MessagesAfter:
         check_thread_id(thread_id)
-        pre = self._messages_with_lock.get(thread_id)
-        if pre is not None and pre[0] == after_seq:  # read in the lock's own round trip, after the lock was taken
-            del self._messages_with_lock[thread_id]
-            return pre[1]
+        pre = self._first_reads.messages(thread_id, after_seq)
+        if pre is not None:  # read in the lock's own round trip, after the lock was taken
+            return pre
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> MessagesAfter:
             cur = await conn.execute(self._q["list_messages_after"], {"t": thread_id, "after": after_seq})
-            return _messages_after(await cur.fetchall())
+            return messages_after(await cur.fetchall())
 
         return await self._on_thread(thread_id, "message read", op)
 
     async def aappend_messages(self, thread_id: str, messages: Sequence[Message]) -> None:
         check_thread_id(thread_id)
-        self._forget_reads_with_lock(thread_id)
+        self._first_reads.forget(thread_id)
         rows = json_rows("id", "data", encode_messages(messages))
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -503,7 +395,7 @@ class PgCheckpointer(BaseCheckpointer):
 
     async def adelete_thread(self, thread_id: str) -> None:
         check_thread_id(thread_id)
-        self._forget_reads_with_lock(thread_id)
+        self._first_reads.forget(thread_id)
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> None:
             async with conn.transaction():
@@ -535,15 +427,12 @@ class PgCheckpointer(BaseCheckpointer):
 
     # -- lifecycle --------------------------------------------------------------------------------------
     async def aclose(self) -> None:
-        if self._pid != os.getpid():
+        if self._pool.forked():
             return
         if self._cache is not None:
             await self._cache.close()
         self._locks.close()
-        if self._pool is not None and self._user_pool is None:
-            await self._pool.close()
-            self._pool = None
-        self._ready, self._loop, self._open_lock = False, None, None
+        await self._pool.close()
 
     def run_lock_key(self, thread_id: str) -> int:
         """The 64-bit advisory-lock key of *thread_id* in this schema (a 32-bit hash made unrelated threads collide:
@@ -562,38 +451,19 @@ class PgCheckpointer(BaseCheckpointer):
         dead (a process of this host that is gone): a killed worker's thread is free at once on its own host,
         within ``run_lease`` seconds elsewhere."""
         check_thread_id(thread_id)
-        after = self._messages_hint.pop(thread_id, None)  # (taken now: nothing is left behind if opening fails)
+        reads = self._first_reads.reader(thread_id, self._q)
         pool = await self._ensure_open()
-
-        async def reads(conn: psycopg.AsyncConnection[Any]) -> Callable[[], Awaitable[FirstReads]]:
-            state = await conn.execute(self._q["get_thread"], (thread_id,))
-            if after is not None:
-                listed = await conn.execute(self._q["list_messages_after"], {"t": thread_id, "after": after})
-
-            async def fetch() -> FirstReads:
-                found = await state.fetchone()
-                snapshot = None if found is None else ThreadSnapshot(thread_id, found[1], int(found[0]))
-                return snapshot, None if after is None else (after, _messages_after(await listed.fetchall()))
-
-            return fetch
-
-        async with self._locks.hold(pool, thread_id, self.run_lock_key(thread_id), reads) as (found, messages):
-            self._read_with_lock[thread_id] = found
-            if messages is not None:
-                self._messages_with_lock[thread_id] = messages
+        async with self._locks.hold(pool, thread_id, self.run_lock_key(thread_id), reads) as found:
+            self._first_reads.keep(thread_id, found)
             try:
                 yield
             finally:
-                self._forget_reads_with_lock(thread_id)
+                self._first_reads.forget(thread_id)
 
     def read_with_lock(self, thread_id: str, messages_after: int) -> None:
         """The messages are read in the lock's own round trip too (a third pipelined statement): a turn of a
-        thread that exists costs one round trip less."""
-        self._messages_hint[thread_id] = messages_after
-
-    def _forget_reads_with_lock(self, thread_id: str) -> None:
-        self._read_with_lock.pop(thread_id, None)
-        self._messages_with_lock.pop(thread_id, None)
+        thread that exists costs one round trip less (:mod:`.pg_first_reads`)."""
+        self._first_reads.plan(thread_id, messages_after)
 
     def holds_thread(self, thread_id: str) -> bool:
         """Whether a run of this checkpointer holds *thread_id*'s lease right now (taken, not yet released: a
@@ -617,9 +487,3 @@ class PgCheckpointer(BaseCheckpointer):
         async with pool.connection(timeout=self.connect_timeout) as conn:
             yield conn
 
-
-def _messages_after(found: list[Any]) -> MessagesAfter:
-    """The rows of ``list_messages_after``: the count and highest sequence number on every row (one row even when
-    no message is newer), then each newer message's number and data."""
-    rows = [(int(r[2]), Message.from_dict(r[3])) for r in found if r[2] is not None]
-    return MessagesAfter(rows, int(found[0][0]), int(found[0][1]))

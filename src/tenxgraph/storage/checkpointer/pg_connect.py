@@ -20,12 +20,14 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 
-from tenxgraph.errors import ConfigError, StorageConnectionError
+from tenxgraph.utils.backoff import Backoff
+from tenxgraph.utils.errors import ConfigError, StorageConnectionError
 
 #: SQLSTATEs worth another attempt: connection exceptions (class 08), admin/crash shutdown, too many connections,
 #: serialization failure, deadlock.
 _TRANSIENT = frozenset({"57P01", "57P02", "57P03", "53300", "40001", "40P01"})
-BACKOFF_START, BACKOFF_FACTOR, BACKOFF_MAX = 0.05, 4.0, 1.0
+#: Between attempts after a transient failure: 0.05 s, x4 each time, at most 1 s.
+RETRY_BACKOFF = Backoff(0.05, 4.0, 1.0)
 
 
 #: A connection the server refused with FATAL is permanent (bad role, password, database, pg_hba) unless it says
@@ -86,7 +88,7 @@ def server_reason(exc: BaseException) -> str:
 async def probe(dsn: str, connect_timeout: float, retries: int) -> None:
     """Connect once (retrying only transient failures) and close; raise :class:`StorageConnectionError` with the
     server's reason otherwise."""
-    delay = BACKOFF_START
+    delays = RETRY_BACKOFF.delays()
     for attempt in range(retries + 1):
         try:
             conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, math.ceil(connect_timeout)))
@@ -102,8 +104,7 @@ async def probe(dsn: str, connect_timeout: float, retries: int) -> None:
                     f"could not connect to PostgreSQL at {where(dsn)} in {retries + 1} attempt{'s' if retries else ''} "
                     f"(connect_timeout={connect_timeout:g}s, retries={retries}): {reason}"
                 ) from exc
-            await asyncio.sleep(delay)
-            delay = min(delay * BACKOFF_FACTOR, BACKOFF_MAX)
+            await asyncio.sleep(next(delays))
         else:
             await conn.close()
             return

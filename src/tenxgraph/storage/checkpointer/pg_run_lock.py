@@ -19,10 +19,11 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 import tenxgraph.storage.checkpointer.pg_connect as pg_connect
-from tenxgraph.errors import ConfigError, RunLockLostError, StorageConnectionError, ThreadBusyError
 from tenxgraph.storage.checkpointer.holders import LIVE_OWNERS, warn_taken_over
 from tenxgraph.storage.checkpointer.pg_lease import Holder, Lease, Process, Renewer
+from tenxgraph.storage.checkpointer.pg_pool import PgPool
 from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.errors import ConfigError, RunLockLostError, StorageConnectionError, ThreadBusyError
 
 log = logging.getLogger(LOGGER_NAME)
 T = TypeVar("T")
@@ -46,9 +47,8 @@ class LockHost(Protocol):
 
     async def _retrying(self, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T: ...
 
-    async def _before_retry(
-        self, pool: AsyncConnectionPool, what: str, exc: Exception, attempt: int, delay: float
-    ) -> float: ...
+    @property
+    def _pool(self) -> PgPool: ...
 
 
 class NotHeld:
@@ -203,7 +203,7 @@ class PgRunLocks:
         (*reads* queues them behind the claim), in one round trip. Retried on a lost connection: a lock taken on a
         connection that then died went with it (and the lease is this run's own)."""
         thread_id, params = lease.thread_id, self._claim_params(lease)
-        delay = pg_connect.BACKOFF_START
+        delays = pg_connect.RETRY_BACKOFF.delays()
         for attempt in range(self.host.retries + 1):
             attempt_stack = AsyncExitStack()
             sent = time.monotonic()
@@ -220,7 +220,7 @@ class PgRunLocks:
                 await attempt_stack.__aexit__(type(exc), exc, exc.__traceback__)
                 if not pg_connect.is_transient(exc):
                     raise
-                delay = await self.host._before_retry(pool, "run lock", exc, attempt, delay)
+                await self.host._pool.before_retry(pool, "run lock", exc, attempt, next(delays))
                 continue
             except BaseException as exc:
                 await attempt_stack.__aexit__(type(exc), exc, exc.__traceback__)
@@ -269,7 +269,7 @@ class PgRunLocks:
             what,
             cause or "it was closed",
         )
-        delay = pg_connect.BACKOFF_START
+        delays = pg_connect.RETRY_BACKOFF.delays()
         while True:
             attempt = AsyncExitStack()
             sent = time.monotonic()
@@ -283,8 +283,7 @@ class PgRunLocks:
                     raise RunLockLostError(thread_id, f"{lease.lost}: {type(exc).__name__}: {exc}") from exc
                 if pg_connect.is_connection_lost(exc):
                     await pool.check()
-                await asyncio.sleep(delay)
-                delay = min(delay * pg_connect.BACKOFF_FACTOR, pg_connect.BACKOFF_MAX)
+                await asyncio.sleep(next(delays))
                 continue
             assert row is not None
             if row[0] and row[1]:
@@ -298,8 +297,7 @@ class PgRunLocks:
             await attempt.aclose()
             holder = Holder.from_row(row[2:])
             if holder is not None and holder.owner == lease.owner and time.monotonic() <= deadline:
-                await asyncio.sleep(delay)  # another run holds the advisory lock while it finds the lease ours
-                delay = min(delay * pg_connect.BACKOFF_FACTOR, pg_connect.BACKOFF_MAX)
+                await asyncio.sleep(next(delays))  # another run holds the advisory lock while it finds the lease ours
                 continue
             taker = "its lease was released" if holder is None else f"{holder.where(self._process())} took its lease"
             lease.lost = f"its PostgreSQL connection failed during {what}, and meanwhile {taker}"

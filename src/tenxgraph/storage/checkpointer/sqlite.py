@@ -26,8 +26,7 @@ from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from tenxgraph.core.state.messages import JSON, Message, dumps
-from tenxgraph.errors import ConfigError, SerializationError, StaleStateError, ThreadBusyError
+from tenxgraph.state.messages import JSON, Message, dumps
 from tenxgraph.storage.checkpointer.base import (
     RESUMABLE_STATUSES,
     BaseCheckpointer,
@@ -50,10 +49,14 @@ from tenxgraph.storage.checkpointer.sqlite_lock import (
     write_lease_row,
 )
 from tenxgraph.storage.checkpointer.sqlite_sql import MAX_VARS, MIGRATIONS, PRUNE, PUT_RESULT, insert_messages
+from tenxgraph.utils.backoff import Backoff
 from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.errors import ConfigError, SerializationError, StaleStateError, ThreadBusyError
 from tenxgraph.utils.sync import to_thread
 
 log = logging.getLogger(LOGGER_NAME)
+#: Between attempts to enter WAL mode while another process switches it: 5 ms, doubled each time, at most 0.2 s.
+WAL_BACKOFF = Backoff(0.005, 2.0, 0.2)
 
 
 class SqliteCheckpointer(BaseCheckpointer):
@@ -128,8 +131,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         """``PRAGMA journal_mode=WAL``, retried: processes opening a new file at the same moment can be refused
         ("database is locked") without SQLite's busy handler being asked, while another one switches the mode."""
         deadline = time.monotonic() + self.timeout
-        delay = 0.005
-        while True:
+        for delay in WAL_BACKOFF.delays():
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
                 return
@@ -137,7 +139,6 @@ class SqliteCheckpointer(BaseCheckpointer):
                 if "locked" not in str(exc) or time.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)
-                delay = min(delay * 2, 0.2)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

@@ -15,9 +15,9 @@ import sqlite3
 import struct
 from typing import Any
 
-from tenxgraph.errors import ThreadBusyError
 from tenxgraph.storage.checkpointer.holders import Holder, Process, warn_taken_over
 from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.errors import ThreadBusyError
 
 log = logging.getLogger(LOGGER_NAME)
 

@@ -18,6 +18,12 @@ Failures, as documented: a failed ledger read logs a WARNING and runs the tools 
 is worse); a failed record write logs an ERROR that the call completed but was not recorded and may run again on
 replay, and the run continues. A result no backend can store (not JSON, a NUL character, invalid UTF-8) becomes
 an error result naming the tool, and that is recorded: the call never runs again.
+
+The ledger is called with everything it uses: :func:`invoke_tool_calls` takes the message, the tools, the
+checkpointer and the thread (our ``ToolNode`` passes its run's; an integration passes its own), and each call
+travels through the steps as one :class:`LedgerCall`. In-doubt policies (:mod:`.in_doubt`), transactional calls
+(:mod:`.transactional`) and group commit (:mod:`.record_batch`) are called from here and never call back; what a
+test harness watches or steers goes through one seam (:mod:`.instrument`).
 """
 
 from __future__ import annotations
@@ -26,12 +32,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from tenxgraph.core.crashpoints import crash_point
-from tenxgraph.core.graph.context import RunContext
-from tenxgraph.core.graph.in_doubt import resolve_in_doubt, write_intent
-from tenxgraph.core.graph.ledger_record import (
+from tenxgraph.core.graph.utils.in_doubt import resolve_in_doubt, write_intent
+from tenxgraph.core.graph.utils.instrument import BatchTurns, batch_turns, notify
+from tenxgraph.core.graph.utils.ledger_record import (
     RECORD_VERSION,
+    LedgerCall,
     ToolExecution,
     decode_record,
     encode_record,
@@ -39,51 +47,49 @@ from tenxgraph.core.graph.ledger_record import (
     execution_of,
     result_message_id,
 )
-from tenxgraph.core.graph.record_batch import RecordBatch, batch_var
-from tenxgraph.core.graph.tool_call import (
-    BatchTurns,
-    ToolCallInfo,
-    ToolContext,
-    ToolEvent,
-    ToolObserver,
-    add_tool_observer,
-    completion_order,
-    current_call_var,
-    current_tool_call,
-    finish_turn,
-    notify,
-    set_completion_order,
-    turns_var,
-    wait_for_turn,
-)
-from tenxgraph.core.graph.tools import Tool, ToolArgumentError, ToolOutput
-from tenxgraph.core.graph.transactional import run_transactional
-from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock
-from tenxgraph.errors import LedgerReadError, RunLockLostError, SerializationError, ToolTimeoutError
-from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.core.graph.utils.record_batch import RecordBatch
+from tenxgraph.core.graph.utils.transactional import run_transactional
+from tenxgraph.core.tools.context import ToolCallInfo, running_call
+from tenxgraph.core.tools.effects import Effect
+from tenxgraph.core.tools.tool import Tool, ToolArgumentError, ToolOutput
+from tenxgraph.state.messages import JSON, Message
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.utils.constants import LOGGER_NAME, TOOL_TIMEOUT
+from tenxgraph.utils.errors import LedgerReadError, RunLockLostError, SerializationError, ToolTimeoutError
 from tenxgraph.utils.events import emit_event
 from tenxgraph.utils.sync import to_thread
 
-__all__ = [  # the ledger itself, and what older imports of this module name (now in tool_call / ledger_record)
+__all__ = [
     "RECORD_VERSION",
-    "ToolCallInfo",
-    "ToolContext",
-    "ToolEvent",
+    "Batch",
+    "LedgerCall",
     "ToolExecution",
-    "ToolObserver",
-    "add_tool_observer",
     "call_keys",
-    "current_tool_call",
     "decode_record",
     "encode_record",
     "invoke_tool_calls",
     "ledger_key",
     "result_message_id",
-    "set_completion_order",
 ]
 log = logging.getLogger(LOGGER_NAME)
 
 
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The calls of one assistant message under way, and where their records go: the checkpointer and thread
+    (given by the caller), the tools' timeout, the group commit of parallel calls (``records``) and, under a test
+    harness, their completion order (``turns``)."""
+
+    checkpointer: BaseCheckpointer
+    thread_id: str
+    tool_timeout: float | None
+    #: The names of the tools the model could call (for the error of an unknown one).
+    tool_names: tuple[str, ...] = ()
+    records: RecordBatch | None = None
+    turns: BatchTurns | None = None
+
+
+# -- 1. the key ------------------------------------------------------------------------------------------------
 def ledger_key(message_id: str | None, tool_call_id: str | None) -> str | None:
     """The stable identity of a tool call, or None when either id is missing (the call is unprotected)."""
     if not message_id or not tool_call_id:
@@ -107,23 +113,191 @@ def call_keys(message: Message) -> list[str | None]:
     return keys
 
 
-async def _invoke(tool: Tool, info: ToolCallInfo, args: dict[str, JSON], timeout: float | None) -> JSON:
+def ledger_calls(message: Message, tools: Mapping[str, Tool], thread_id: str) -> list[LedgerCall]:
+    """The tool calls of *message* as the ledger carries them, keyed (warnings for ids the model got wrong)."""
+    keys = call_keys(message)
+    calls = message.tool_calls
+    repeated = sorted({str(c.id) for c, k in zip(calls, keys, strict=True) if k is not None and "#" in k})
+    if repeated:
+        log.warning(
+            "assistant message %r repeats tool_call_id(s) %s: each call runs and is recorded on its own (keys "
+            "suffixed #2, #3...), and each result keeps the id the model gave (thread %r)",
+            message.message_id,
+            ", ".join(repeated),
+            thread_id,
+        )
+    found: list[LedgerCall] = []
+    for index, (block, key) in enumerate(zip(calls, keys, strict=True)):
+        if key is None:
+            log.warning(  # (a Message always has a message id: only the model can leave the call's id out)
+                "tool call %r of message %r has no tool_call_id: it runs without replay protection (thread %r)",
+                block.name,
+                message.message_id,
+                thread_id,
+            )
+        tool = tools.get(block.name)
+        policy, effect = (tool.policy, tool.effect) if tool is not None else (None, None)
+        info = ToolCallInfo(thread_id, message.message_id, block.id, block.name, index, key, policy, effect)
+        found.append(LedgerCall(block, info, tool))
+    return found
+
+
+# -- the entry point: steps 1 to 4 for one assistant message ------------------------------------------------
+async def invoke_tool_calls(
+    message: Message,
+    tools: Mapping[str, Tool],
+    checkpointer: BaseCheckpointer,
+    thread_id: str,
+    *,
+    tool_timeout: float | None = TOOL_TIMEOUT,
+    resumed: bool = False,
+    node: str | None = None,
+) -> list[ToolExecution]:
+    """Run (or replay) every tool call of *message* on *thread_id*'s ledger in *checkpointer*; results come back in
+    call order. *resumed*: the caller is re-running a node a crashed run left unfinished (its calls without a
+    record are reported as run again; *node* names it in that event)."""
+    if not message.tool_calls:
+        return []
+    crash_point("tool.before_ledger_read")
+    calls = ledger_calls(message, tools, thread_id)
+    batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools))
+    records = await _read_ledger(batch, [c for c in calls if c.key is not None])  # 2. check
+    answers: list[ToolExecution | None] = []
+    to_run: list[LedgerCall] = []
+    for call in calls:
+        record = records.get(call.key) if call.key is not None else None
+        if record is not None and call.key is not None and record.get("kind") != "intent":
+            emit_event("tool_replayed", logging.INFO, thread_id=thread_id, tool=call.name, key=call.key)
+            answers.append(decode_record(call.block, call.key, record))  # recorded: the body never runs
+            continue
+        answers.append(None)
+        to_run.append(replace(call, in_doubt=record is not None))
+    if resumed and to_run:  # a resumed node: a crashed run may have started these calls already
+        again = [f"{c.name} ({c.key or 'no key'})" for c in to_run if not c.in_doubt]
+        if again:
+            emit_event(
+                "calls_run_on_resume", logging.WARNING, thread_id=thread_id, node=node, calls=again,
+                hint="they have no ledger record: if the interrupted run had started them, they run a second time "
+                "(the in-flight and after-return gaps); give such tools an idempotency key or an in-doubt policy",
+            )  # fmt: skip
+    await _write_intents(batch, to_run)
+    if len(to_run) > 1:  # 4. parallel calls: those that return together are recorded together
+        batch = replace(
+            batch, records=RecordBatch(checkpointer, thread_id), turns=batch_turns([c.info for c in to_run])
+        )
+    ran = iter(await _gather([asyncio.ensure_future(_run_one(batch, call)) for call in to_run]))
+    return [answer if answer is not None else next(ran) for answer in answers]
+
+
+# -- 2. check: one batched read before anything runs -------------------------------------------------------
+async def _read_ledger(batch: Batch, calls: list[LedgerCall]) -> dict[str, JSON]:
+    if not calls:
+        return {}
+    keys = list(dict.fromkeys(c.key for c in calls if c.key is not None))
+    try:
+        crash_point("ledger.read_error")
+        return await batch.checkpointer.aget_tool_results(batch.thread_id, keys)
+    except RunLockLostError:
+        raise  # not a failed read: the thread is another run's now, and no tool may run
+    except Exception as exc:
+        watched = sorted({c.name for c in calls if c.tool is not None and c.tool.policy})
+        if watched:  # they never run without knowing whether they ran: the run stops, the thread stays resumable
+            raise LedgerReadError(watched, batch.thread_id, exc) from exc
+        for call in calls:
+            log.warning(
+                "ledger read failed (%s: %s); running tool %r without replay protection (key %r, thread %r): "
+                "skipping a tool that never ran is worse",
+                type(exc).__name__,
+                exc,
+                call.name,
+                call.key,
+                batch.thread_id,
+            )
+        return {}
+
+
+async def _write_intents(batch: Batch, to_run: list[LedgerCall]) -> None:
+    """The intents of the batch's opted-in calls, all before any call starts: one that cannot be written stops
+    the node (:class:`IntentWriteError`) while nothing has run, so no sibling's effect is left unrecorded."""
+    for call in to_run:
+        if call.key is None or call.in_doubt or call.tool is None or call.tool.policy is None:
+            continue
+        try:
+            call.tool.parse_args(call.block.args)
+        except ToolArgumentError:
+            continue  # answered with an error without running: nothing to be in doubt about
+        await write_intent(call, batch.checkpointer)
+
+
+# -- 3. invoke, and record as soon as the tool returns ----------------------------------------------------
+async def _run_one(batch: Batch, call: LedgerCall) -> ToolExecution:
+    index = call.info.index
+    try:
+        with running_call(call.info):  # visible to the tool body and to crash points of this call
+            execution = await _execute(batch, call)
+    except Exception:
+        _finish_turn(batch, index)
+        raise
+    # (a BaseException such as a crash passes no turn on: a dying process lets no sibling record after it)
+    _finish_turn(batch, index)
+    return execution
+
+
+async def _execute(batch: Batch, call: LedgerCall) -> ToolExecution:
+    tool, block, key = call.tool, call.block, call.key
+    if tool is None:
+        names = ", ".join(batch.tool_names) or "none"
+        return error_execution(block, key, f"unknown tool {block.name!r}; available tools: {names}")
+    try:
+        args = tool.parse_args(block.args)
+    except ToolArgumentError as exc:
+        return error_execution(block, key, str(exc))
+    if key is not None and call.in_doubt:
+        decision = await resolve_in_doubt(call, args)
+        if decision.execution is not None:
+            return await _record(batch, call, decision.execution) if decision.record else decision.execution
+    await batch.checkpointer.acheck_run_lock(batch.thread_id)  # fencing: never invoke a tool without the lock
+    crash_point("tool.before_invoke")
+    if tool.effect is Effect.TRANSACTIONAL and key is not None:  # its writes commit with its record (no timeout)
+        decision = await run_transactional(call, args, batch.checkpointer, batch.tool_timeout)
+        assert decision.execution is not None
+        return await _record(batch, call, decision.execution) if decision.record else decision.execution
+    try:
+        value = await _invoke(batch, call, args)
+    except TimeoutError:
+        err = ToolTimeoutError(block.name, batch.tool_timeout or 0)
+        log.warning("%s (thread %r, key %r); nothing recorded", err, batch.thread_id, key)
+        return error_execution(block, key, f"{type(err).__name__}: {err}", status="timeout")
+    except Exception as exc:  # the model sees the error and can act on it; it is recorded like a result
+        log.info("tool %r raised %s: %s (thread %r, key %r)", block.name, type(exc).__name__, exc, batch.thread_id, key)
+        execution = error_execution(block, key, f"{type(exc).__name__}: {exc}")
+    else:
+        execution = execution_of(block, key, value)
+    crash_point("tool.after_return")
+    if key is None or not tool.recorded:  # a read tool may simply run again: no record, no commit
+        return execution
+    return await _record(batch, call, execution)
+
+
+async def _invoke(batch: Batch, call: LedgerCall, args: dict[str, JSON]) -> JSON:
+    tool, info = call.tool, call.info
+    assert tool is not None
     notify("start", info)
     if tool.injected:
         args = {**args, **tool.injected_args(info)}
     try:
-        value = await _call(tool, args, timeout)
+        value = await _call(tool, args, batch.tool_timeout)
     except TimeoutError:
-        await wait_for_turn(info.index)
+        await _wait_for_turn(batch, info.index)
         notify("timeout", info)
         raise
     except Exception as exc:
         returned = time.monotonic()
-        await wait_for_turn(info.index)
+        await _wait_for_turn(batch, info.index)
         notify("end", info, f"{type(exc).__name__}: {exc}", True, at=returned)
         raise
     returned = time.monotonic()  # (observers learn when the body returned, not when its turn came)
-    await wait_for_turn(info.index)
+    await _wait_for_turn(batch, info.index)
     if isinstance(value, ToolOutput):
         notify("end", info, value.content, value.is_error, at=returned, update=value.update)
     else:
@@ -141,142 +315,50 @@ async def _call(tool: Tool, args: dict[str, JSON], timeout: float | None) -> JSO
         return await to_thread(tool.fn, **args)
 
 
-async def _run_one(
-    call: ToolCallBlock,
-    key: str | None,
-    tools: Mapping[str, Tool],
-    ctx: RunContext,
-    info: ToolCallInfo,
-    in_doubt: bool = False,
-) -> ToolExecution:
-    token = current_call_var.set(info)  # visible to the tool body and to crash points of this call
-    try:
-        execution = await _execute(call, key, tools, ctx, info, in_doubt)
-    except Exception:
-        finish_turn(info.index)
-        raise
-    # (a BaseException such as a crash passes no turn on: a dying process lets no sibling record after it)
-    finally:
-        current_call_var.reset(token)
-    finish_turn(info.index)
-    return execution
-
-
-async def _execute(
-    call: ToolCallBlock,
-    key: str | None,
-    tools: Mapping[str, Tool],
-    ctx: RunContext,
-    info: ToolCallInfo,
-    in_doubt: bool,
-) -> ToolExecution:
-    tool = tools.get(call.name)
-    if tool is None:
-        return error_execution(call, key, f"unknown tool {call.name!r}; available tools: {', '.join(tools) or 'none'}")
-    try:
-        args = tool.parse_args(call.args)
-    except ToolArgumentError as exc:
-        return error_execution(call, key, str(exc))
-    if key is not None and in_doubt:
-        resolved = await resolve_in_doubt(tool, call, key, args, ctx, info, _record)
-        if resolved is not None:
-            return resolved
-    await ctx.checkpointer.acheck_run_lock(ctx.thread_id)  # fencing: never invoke a tool without the thread's lock
-    crash_point("tool.before_invoke")
-    if tool.effect == "transactional" and key is not None:  # its writes commit with its record (no timeout)
-        return await run_transactional(tool, call, key, args, ctx, info, _record)
-    timeout = ctx.config.tool_timeout
-    try:
-        value = await _invoke(tool, info, args, timeout)
-    except TimeoutError:
-        err = ToolTimeoutError(call.name, timeout or 0)
-        log.warning("%s (thread %r, key %r); nothing recorded", err, ctx.thread_id, key)
-        return error_execution(call, key, f"{type(err).__name__}: {err}", status="timeout")
-    except Exception as exc:  # the model sees the error and can act on it; it is recorded like a result
-        log.info(
-            "tool %r raised %s: %s (thread %r, key %r)",
-            call.name,
-            type(exc).__name__,
-            exc,
-            ctx.thread_id,
-            key,
-        )
-        execution = error_execution(call, key, f"{type(exc).__name__}: {exc}")
-    else:
-        execution = execution_of(call, key, value)
-    crash_point("tool.after_return")
-    if key is None or not tool.recorded:  # a read tool may simply run again: no record, no commit
-        return execution
-    return await _record(execution, key, ctx, info)
-
-
-async def _record(execution: ToolExecution, key: str, ctx: RunContext, info: ToolCallInfo) -> ToolExecution:
+async def _record(batch: Batch, call: LedgerCall, execution: ToolExecution) -> ToolExecution:
+    key = call.key
+    assert key is not None
     name = execution.call.name
     try:
         crash_point("ledger.write_error")
         # The checkpointer encodes the record once; an unserialisable result raises SerializationError there.
-        batch = batch_var.get()
-        if batch is not None:  # step 4 for parallel calls: those that return together are recorded together
-            await batch.put(key, encode_record(execution))
+        if batch.records is not None:  # parallel calls: those that return together are recorded together
+            await batch.records.put(key, encode_record(execution))
         else:
-            await ctx.checkpointer.aput_tool_result(ctx.thread_id, key, encode_record(execution))
+            await batch.checkpointer.aput_tool_result(batch.thread_id, key, encode_record(execution))
     except SerializationError as exc:
         log.error(
             "tool %r returned a value that cannot be stored (key %r, thread %r): %s. Its error result is recorded "
             "instead; return JSON values (no NUL characters, valid UTF-8) from tools",
             name,
             key,
-            ctx.thread_id,
+            batch.thread_id,
             exc.__cause__ or exc,
         )
         text = f"tool {name!r} returned a value that cannot be stored: {exc.__cause__ or exc}"
-        return await _record(error_execution(execution.call, key, text), key, ctx, info)  # storable: never re-run
+        return await _record(batch, call, error_execution(execution.call, key, text))  # storable: never re-run
     except Exception as exc:
         log.error(
             "tool %r completed but its result was not recorded in the ledger (key %r, thread %r): %s: %s. "
             "The call may run again on replay",
             name,
             key,
-            ctx.thread_id,
+            batch.thread_id,
             type(exc).__name__,
             exc,
         )
-        emit_event("ledger_write_failed", logging.DEBUG, thread_id=ctx.thread_id, tool=name, key=key)
+        emit_event("ledger_write_failed", logging.DEBUG, thread_id=batch.thread_id, tool=name, key=key)
         return execution
-    notify("recorded", info)
+    notify("recorded", call.info)
     crash_point("tool.after_record")
     return ToolExecution(execution.call, key, execution.result, execution.update, recorded=True)
 
 
-async def _read_ledger(
-    keys: list[str], calls: dict[str, ToolCallBlock], ctx: RunContext, tools: Mapping[str, Tool]
-) -> dict[str, JSON]:
-    if not keys:
-        return {}
-    try:
-        crash_point("ledger.read_error")
-        return await ctx.checkpointer.aget_tool_results(ctx.thread_id, keys)
-    except RunLockLostError:
-        raise  # not a failed read: the thread is another run's now, and no tool may run
-    except Exception as exc:
-        watched = sorted({c.name for c in calls.values() if (t := tools.get(c.name)) is not None and t.policy})
-        if watched:  # they never run without knowing whether they ran: the run stops, the thread stays resumable
-            raise LedgerReadError(watched, ctx.thread_id, exc) from exc
-        for key in keys:
-            log.warning(
-                "ledger read failed (%s: %s); running tool %r without replay protection (key %r, thread %r): "
-                "skipping a tool that never ran is worse",
-                type(exc).__name__,
-                exc,
-                calls[key].name,
-                key,
-                ctx.thread_id,
-            )
-        return {}
-
-
+# -- the batch's plumbing ------------------------------------------------------------------------------------
 async def _gather(jobs: list[asyncio.Task[ToolExecution]]) -> list[ToolExecution]:
     """Wait for all calls; if one dies with a BaseException (a crash), stop the others as a dying process would."""
+    if not jobs:
+        return []
     try:
         await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
         for job in jobs:
@@ -291,80 +373,13 @@ async def _gather(jobs: list[asyncio.Task[ToolExecution]]) -> list[ToolExecution
             await asyncio.wait(pending)
 
 
-async def _write_intents(
-    to_run: list[tuple[ToolCallBlock, str | None, ToolCallInfo, bool]], tools: Mapping[str, Tool], ctx: RunContext
-) -> None:
-    """The intents of the batch's opted-in calls, all before any call starts: one that cannot be written stops
-    the node (:class:`IntentWriteError`) while nothing has run, so no sibling's effect is left unrecorded."""
-    for call, key, _, in_doubt in to_run:
-        tool = tools.get(call.name)
-        if key is None or in_doubt or tool is None or tool.policy is None:
-            continue
-        try:
-            tool.parse_args(call.args)
-        except ToolArgumentError:
-            continue  # answered with an error without running: nothing to be in doubt about
-        await write_intent(call, key, ctx)
+async def _wait_for_turn(batch: Batch, index: int) -> None:
+    """Under a completion order, wait until every call before *index* in this batch is done (else return)."""
+    if batch.turns is not None:
+        await batch.turns.wait(index)
 
 
-async def invoke_tool_calls(message: Message, tools: Mapping[str, Tool], ctx: RunContext) -> list[ToolExecution]:
-    """Run (or replay) every tool call of *message*; results come back in call order."""
-    calls = message.tool_calls
-    if not calls:
-        return []
-    crash_point("tool.before_ledger_read")
-    keys = call_keys(message)
-    repeated = sorted({str(c.id) for c, k in zip(calls, keys, strict=True) if k is not None and "#" in k})
-    if repeated:
-        log.warning(
-            "assistant message %r repeats tool_call_id(s) %s: each call runs and is recorded on its own (keys "
-            "suffixed #2, #3...), and each result keeps the id the model gave (thread %r)",
-            message.message_id,
-            ", ".join(repeated),
-            ctx.thread_id,
-        )
-    for call, key in zip(calls, keys, strict=True):
-        if key is None:
-            log.warning(  # (a Message always has a message id: only the model can leave the call's id out)
-                "tool call %r of message %r has no tool_call_id: it runs without replay protection (thread %r)",
-                call.name,
-                message.message_id,
-                ctx.thread_id,
-            )
-    protected = {k: c for k, c in zip(keys, calls, strict=True) if k is not None}
-    records: Mapping[str, JSON] = await _read_ledger(list(dict.fromkeys(protected)), protected, ctx, tools)
-    results: list[ToolExecution | None] = []
-    to_run: list[tuple[ToolCallBlock, str | None, ToolCallInfo, bool]] = []
-    for index, (call, key) in enumerate(zip(calls, keys, strict=True)):
-        record = records.get(key) if key is not None else None
-        in_doubt = record is not None and record.get("kind") == "intent"
-        if record is not None and key is not None and not in_doubt:
-            emit_event("tool_replayed", logging.INFO, thread_id=ctx.thread_id, tool=call.name, key=key)
-            results.append(decode_record(call, key, record))
-        else:
-            results.append(None)
-            tool = tools.get(call.name)
-            policy = tool.policy if tool is not None else None
-            effect = tool.effect if tool is not None else None
-            info = ToolCallInfo(ctx.thread_id, message.message_id, call.id, call.name, index, key, policy, effect)
-            to_run.append((call, key, info, in_doubt))
-    if ctx.resumed and to_run:  # a resumed node: a crashed run may have started these calls already
-        again = [f"{c.name} ({k or 'no key'})" for c, k, _, in_doubt in to_run if not in_doubt]
-        if again:
-            emit_event(
-                "calls_run_on_resume", logging.WARNING, thread_id=ctx.thread_id, node=ctx.node, calls=again,
-                hint="they have no ledger record: if the interrupted run had started them, they run a second time "
-                "(the in-flight and after-return gaps); give such tools an idempotency key or an in-doubt policy",
-            )  # fmt: skip
-    await _write_intents(to_run, tools, ctx)
-    order = completion_order()
-    batch = [info for _, _, info, _ in to_run]
-    token = turns_var.set(BatchTurns(order(batch)) if order is not None and len(batch) > 1 else None)
-    group = batch_var.set(RecordBatch(ctx.checkpointer, ctx.thread_id) if len(batch) > 1 else None)
-    try:  # each task copies the context as it is created, so every call sees the batch's turns and records
-        tasks = [asyncio.ensure_future(_run_one(c, k, tools, ctx, i, d)) for c, k, i, d in to_run]
-    finally:
-        batch_var.reset(group)
-        turns_var.reset(token)
-    ran = iter(await _gather(tasks)) if tasks else iter(())
-    return [r if r is not None else next(ran) for r in results]
+def _finish_turn(batch: Batch, index: int) -> None:
+    """Call *index* of this batch is done: the next in the order may pass."""
+    if batch.turns is not None:
+        batch.turns.finish(index)

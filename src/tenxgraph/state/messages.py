@@ -13,8 +13,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from tenxgraph.errors import SerializationError
 from tenxgraph.utils.constants import MESSAGE_ID_MAX_BYTES
+from tenxgraph.utils.errors import SerializationError
 
 Role: TypeAlias = Literal["user", "assistant", "system", "tool"]
 ResultStatus: TypeAlias = Literal["success", "error", "timeout", "replayed_error"]

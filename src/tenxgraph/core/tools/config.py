@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tenxgraph.core.state.messages import id_problem, new_id
-from tenxgraph.errors import ConfigError
+from tenxgraph.state.messages import id_problem, new_id
 from tenxgraph.utils.constants import LOGGER_NAME, NODE_TIMEOUT, RECURSION_LIMIT, THREAD_ID_MAX_BYTES, TOOL_TIMEOUT
+from tenxgraph.utils.errors import ConfigError
 
 log = logging.getLogger(LOGGER_NAME)
 

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, overload
 
-from tenxgraph.core.graph.tool_call import ToolCallInfo
-from tenxgraph.core.state.messages import JSON
+from tenxgraph.core.tools.context import ToolCallInfo
+from tenxgraph.core.tools.effects import Effect
+from tenxgraph.state.messages import JSON
 
 
 class ToolArgumentError(ValueError):
@@ -77,7 +78,7 @@ def tool(
     description: str | None = None,
     on_in_doubt: str | None = None,
     reconcile: Reconcile | None = None,
-    effect: str | None = None,
+    effect: Effect | str | None = None,
 ) -> Tool: ...
 
 
@@ -89,7 +90,7 @@ def tool(
     description: str | None = None,
     on_in_doubt: str | None = None,
     reconcile: Reconcile | None = None,
-    effect: str | None = None,
+    effect: Effect | str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -100,7 +101,7 @@ def tool(
     description: str | None = None,
     on_in_doubt: str | None = None,
     reconcile: Reconcile | None = None,
-    effect: str | None = None,
+    effect: Effect | str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a :class:`Tool` (plain functions keep working without it)::
 
@@ -185,8 +186,8 @@ def _matches(value: JSON, schema: dict[str, JSON]) -> bool:
 IN_DOUBT_POLICIES = ("retry", "fail", "reconcile")
 #: A tool's ``on_in_doubt`` that keeps it out of a graph-wide default (``compile(on_in_doubt=...)``).
 IN_DOUBT_OFF = "off"
-#: What a tool's ``effect=`` may say (see :func:`tool`).
-EFFECTS = ("read", "idempotent", "external", "transactional")
+#: What a tool's ``effect=`` may say (see :func:`tool` and :class:`Effect`).
+EFFECTS = tuple(e.value for e in Effect)
 #: The parameter a transactional tool declares to receive the ledger's open transaction (its connection).
 TX_PARAM = "tx"
 IDEMPOTENCY_PARAM = "idempotency_key"
@@ -211,7 +212,7 @@ class Tool:
     injected: dict[str, str] = field(default_factory=dict)
     on_in_doubt: str | None = None
     reconcile: Reconcile | None = None
-    effect: str | None = None
+    effect: Effect | None = None
 
     @classmethod
     def from_function(
@@ -221,7 +222,7 @@ class Tool:
         description: str | None = None,
         on_in_doubt: str | None = None,
         reconcile: Reconcile | None = None,
-        effect: str | None = None,
+        effect: Effect | str | None = None,
     ) -> Tool:
         if on_in_doubt is not None and on_in_doubt not in (*IN_DOUBT_POLICIES, IN_DOUBT_OFF):
             raise ValueError(
@@ -230,14 +231,14 @@ class Tool:
             )
         if (on_in_doubt == "reconcile") != (reconcile is not None):
             raise ValueError("on_in_doubt='reconcile' needs reconcile=callable(idempotency_key, args), and only it")
-        if effect is not None and effect not in EFFECTS:
-            raise ValueError(f"effect={effect!r} is invalid; use one of {', '.join(EFFECTS)}")
-        if effect in ("read", "idempotent", "transactional") and on_in_doubt not in (None, IN_DOUBT_OFF):
+        effect_class = Effect.parse(effect)
+        effect = effect_class.value if effect_class is not None else None
+        if effect_class is not None and effect_class.may_run_again and on_in_doubt not in (None, IN_DOUBT_OFF):
             raise ValueError(
                 f"effect={effect!r} with on_in_doubt={on_in_doubt!r}: a {effect} tool may simply run again, so it "
                 "has nothing to be in doubt about; drop on_in_doubt, or say effect='external'"
             )
-        if effect == "external" and on_in_doubt == IN_DOUBT_OFF:
+        if effect_class is Effect.EXTERNAL and on_in_doubt == IN_DOUBT_OFF:
             raise ValueError("effect='external' with on_in_doubt='off': an external effect is always watched")
         if reconcile is not None and not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {reconcile!r}")
@@ -261,7 +262,7 @@ class Tool:
             if _is_context(hint):
                 injected[param.name] = "context"
                 continue
-            if param.name == TX_PARAM and effect == "transactional":
+            if param.name == TX_PARAM and effect_class is Effect.TRANSACTIONAL:
                 injected[param.name] = "transaction"
                 continue
             if param.name == IDEMPOTENCY_PARAM:
@@ -287,12 +288,12 @@ class Tool:
         }
         if required:
             parameters["required"] = required
-        if effect == "transactional" and TX_PARAM not in injected:
+        if effect_class is Effect.TRANSACTIONAL and TX_PARAM not in injected:
             raise TypeError(
                 f"tool {tool_name!r}: effect='transactional' makes its writes through the ledger's transaction: "
                 f"declare a parameter {TX_PARAM} (the database connection inside it)"
             )
-        if effect == "idempotent" and IDEMPOTENCY_PARAM not in injected:
+        if effect_class is Effect.IDEMPOTENT and IDEMPOTENCY_PARAM not in injected:
             raise TypeError(
                 f"tool {tool_name!r}: effect='idempotent' runs again with the same key; declare a parameter "
                 f"{IDEMPOTENCY_PARAM}: str and pass it to the provider"
@@ -306,7 +307,7 @@ class Tool:
             injected=injected,
             on_in_doubt=on_in_doubt,
             reconcile=reconcile,
-            effect=effect,
+            effect=effect_class,
         )
 
     def injected_args(self, info: ToolCallInfo) -> dict[str, Any]:
@@ -317,19 +318,19 @@ class Tool:
     @property
     def policy(self) -> str | None:
         """The in-doubt policy in force (None: no in-doubt detection, no intent record)."""
-        if self.effect in ("read", "idempotent", "transactional") or self.on_in_doubt == IN_DOUBT_OFF:
+        if (self.effect is not None and self.effect.may_run_again) or self.on_in_doubt == IN_DOUBT_OFF:
             return None
-        return self.on_in_doubt or ("fail" if self.effect == "external" else None)
+        return self.on_in_doubt or ("fail" if self.effect is Effect.EXTERNAL else None)
 
     @property
     def recorded(self) -> bool:
         """Whether its calls are recorded in the ledger (a ``read`` tool's are not: it may simply run again)."""
-        return self.effect != "read"
+        return self.effect is not Effect.READ
 
     def with_default_policy(self, policy: str | None) -> Tool:
         """This tool under a graph-wide default: its own ``on_in_doubt`` (``"off"`` included) or effect class
         (``read`` and ``idempotent`` need none) if it says one."""
-        if self.on_in_doubt is not None or policy is None or self.effect in ("read", "idempotent", "transactional"):
+        if self.on_in_doubt is not None or policy is None or (self.effect is not None and self.effect.may_run_again):
             return self
         return dataclasses.replace(self, on_in_doubt=policy)
 

@@ -10,8 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self, TypeAlias
 
-from tenxgraph.core.state.messages import JSON, Message
-from tenxgraph.errors import SerializationError
+from tenxgraph.state.messages import JSON, Message
+from tenxgraph.utils.errors import SerializationError
 
 RunStatus: TypeAlias = Literal["idle", "running", "done", "error"]
 

@@ -1,6 +1,6 @@
 """Messages and graph state."""
 
-from tenxgraph.core.state.messages import (
+from tenxgraph.state.messages import (
     ContentBlock,
     Message,
     TextBlock,
@@ -8,7 +8,7 @@ from tenxgraph.core.state.messages import (
     ToolResultBlock,
     new_id,
 )
-from tenxgraph.core.state.state import AgentState, ExecutionMeta
+from tenxgraph.state.state import AgentState, ExecutionMeta
 
 __all__ = [
     "AgentState",

@@ -1,4 +1,5 @@
-"""What one tool call produced, and its ledger record: the format (versioned), encoding and decoding."""
+"""One tool call on its way through the ledger (:class:`LedgerCall`), what it produced (:class:`ToolExecution`), and
+its ledger record: the format (versioned), encoding and decoding."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tenxgraph.core.graph.tools import ToolOutput
-from tenxgraph.core.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock
-from tenxgraph.errors import SerializationError
+from tenxgraph.core.tools.context import ToolCallInfo
+from tenxgraph.core.tools.tool import Tool, ToolOutput
+from tenxgraph.state.messages import JSON, Message, ToolCallBlock, ToolResultBlock
+from tenxgraph.utils.errors import SerializationError
 
 RECORD_VERSION = 1
 """The format of records this runtime writes; a record of a newer format is refused on read, never misread."""
@@ -17,6 +19,29 @@ RECORD_VERSION = 1
 def result_message_id(key: str | None) -> str:
     """A tool result's message id: derived from the ledger key, so a replay yields the same message."""
     return f"tool_{uuid.uuid5(uuid.NAMESPACE_URL, key).hex}" if key else f"tool_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerCall:
+    """One tool call, passed explicitly through the ledger's steps (check, invoke, record): the model's call as it
+    sent it (``block``: call id, tool name, raw arguments), what the call knows of itself (``info``: thread,
+    assistant message id, ledger key, index in its message, effect class, in-doubt policy, as a tool body sees
+    it), the tool that runs it (None: the model named an unknown tool), and whether the ledger holds its intent
+    without a result (``in_doubt``)."""
+
+    block: ToolCallBlock
+    info: ToolCallInfo
+    tool: Tool | None
+    in_doubt: bool = False
+
+    @property
+    def key(self) -> str | None:
+        """The ledger key (None: the model gave no ``tool_call_id``, and the call runs unprotected)."""
+        return self.info.key
+
+    @property
+    def name(self) -> str:
+        return self.block.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +60,16 @@ class ToolExecution:
         if self.replayed:
             metadata["replayed"] = True
         return Message.tool(self.result, message_id=result_message_id(self.key), metadata=metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a helper of the ledger (in-doubt policies, a transactional call) tells it: run the tool when
+    ``execution`` is None; else answer with ``execution``, which the ledger records first when ``record`` is set
+    (so that the call never runs again). Helpers decide; only the ledger writes records."""
+
+    execution: ToolExecution | None = None
+    record: bool = False
 
 
 def encode_record(execution: ToolExecution) -> dict[str, JSON]:

@@ -1,7 +1,8 @@
 """Transactional tools (``@tool(effect="transactional")``): the tool's writes to the checkpointer's database and
 its ledger record commit in one transaction, so a crash anywhere before the commit leaves neither and the
 resumed call makes them once: exactly once, at every crash point. The checkpointer runs the transaction
-(:meth:`BaseCheckpointer.atransact`); this module is the call's side of it."""
+(:meth:`BaseCheckpointer.atransact`); this module is the call's side of it. Called by the ledger
+(:mod:`.invoke_node_handler`); an error result it does not commit itself goes back to the ledger to record."""
 
 from __future__ import annotations
 
@@ -11,20 +12,21 @@ import time
 from typing import Any
 
 from tenxgraph.core.crashpoints import crash_point
-from tenxgraph.core.graph.context import RunContext
-from tenxgraph.core.graph.in_doubt import Record
-from tenxgraph.core.graph.ledger_record import (
+from tenxgraph.core.graph.utils.instrument import notify
+from tenxgraph.core.graph.utils.ledger_record import (
+    Decision,
+    LedgerCall,
     ToolExecution,
     decode_record,
     encode_record,
     error_execution,
     execution_of,
 )
-from tenxgraph.core.graph.tool_call import ToolCallInfo, notify
-from tenxgraph.core.graph.tools import TX_PARAM, Tool
-from tenxgraph.core.state.messages import JSON, ToolCallBlock
-from tenxgraph.errors import SerializationError, ToolTimeoutError
+from tenxgraph.core.tools.tool import TX_PARAM
+from tenxgraph.state.messages import JSON
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.errors import SerializationError, ToolTimeoutError
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -34,14 +36,13 @@ class _ToolRaised(Exception):
 
 
 async def run_transactional(
-    tool: Tool,
-    call: ToolCallBlock,
-    key: str,
-    args: dict[str, JSON],
-    ctx: RunContext,
-    info: ToolCallInfo,
-    record: Record,
-) -> ToolExecution:
+    call: LedgerCall, args: dict[str, JSON], checkpointer: BaseCheckpointer, timeout: float | None
+) -> Decision:
+    """Run *call*'s tool inside the transaction of its record; the execution to answer with (recorded already when
+    the transaction committed; ``record`` set for an error result the ledger is to record)."""
+    tool, block, key, info = call.tool, call.block, call.key, call.info
+    assert tool is not None and key is not None
+
     def started(connection: Any) -> dict[str, Any]:
         notify("start", info)
         return {**args, **tool.injected_args(info), TX_PARAM: connection}
@@ -59,7 +60,7 @@ async def run_transactional(
 
     async def awork(connection: Any) -> dict[str, JSON]:  # a coroutine: PostgreSQL
         try:
-            async with asyncio.timeout(ctx.config.tool_timeout):  # over time: cancelled, and rolled back
+            async with asyncio.timeout(timeout):  # over time: cancelled, and rolled back
                 value = await tool.fn(**started(connection))
         except TimeoutError:
             notify("timeout", info)
@@ -69,7 +70,7 @@ async def run_transactional(
         return finish(value)
 
     def finish(value: object) -> dict[str, JSON]:
-        execution = execution_of(call, key, value)
+        execution = execution_of(block, key, value)
         result = execution.result
         notify("end", info, result.output, result.is_error, at=time.monotonic(), update=execution.update)
         crash_point("tool.after_return")  # inside the transaction: a crash here takes the tool's writes along
@@ -77,30 +78,31 @@ async def run_transactional(
         return encode_record(execution)
 
     try:
-        stored, wrote = await ctx.checkpointer.atransact(ctx.thread_id, key, awork if tool.is_async else work)
+        stored, wrote = await checkpointer.atransact(info.thread_id, key, awork if tool.is_async else work)
     except TimeoutError:  # (PostgreSQL) rolled back, writes and all, and not recorded: it runs again on replay
-        err = ToolTimeoutError(call.name, ctx.config.tool_timeout or 0)
-        log.warning("%s (thread %r, key %r); rolled back, nothing recorded", err, ctx.thread_id, key)
-        return error_execution(call, key, f"{type(err).__name__}: {err}", status="timeout")
+        err = ToolTimeoutError(block.name, timeout or 0)
+        log.warning("%s (thread %r, key %r); rolled back, nothing recorded", err, info.thread_id, key)
+        return Decision(error_execution(block, key, f"{type(err).__name__}: {err}", status="timeout"))
     except _ToolRaised as failure:  # rolled back, writes and all: the error result is recorded, as for any tool
-        return await record(error_execution(call, key, str(failure)), key, ctx, info)
+        return Decision(error_execution(block, key, str(failure)), record=True)
     except SerializationError as exc:
-        text = f"tool {call.name!r} returned a value that cannot be stored: {exc.__cause__ or exc} (rolled back)"
-        return await record(error_execution(call, key, text), key, ctx, info)
+        text = f"tool {block.name!r} returned a value that cannot be stored: {exc.__cause__ or exc} (rolled back)"
+        return Decision(error_execution(block, key, text), record=True)
     except Exception as exc:  # the transaction failed (its record write, its commit): nothing of it is stored
         log.error(
             "the transaction of tool %r failed and was rolled back, its writes with it (key %r, thread %r): %s: %s. "
             "The call may run again on replay",
-            call.name,
+            block.name,
             key,
-            ctx.thread_id,
+            info.thread_id,
             type(exc).__name__,
             exc,
         )
-        return error_execution(call, key, f"{type(exc).__name__}: {exc} (rolled back: nothing was written)")
-    execution = decode_record(call, key, stored)
+        text = f"{type(exc).__name__}: {exc} (rolled back: nothing was written)"
+        return Decision(error_execution(block, key, text))
+    execution = decode_record(block, key, stored)
     if not wrote:  # recorded already, by another run: its writes are not made again
-        return execution
+        return Decision(execution)
     notify("recorded", info)
     crash_point("tool.after_record")
-    return ToolExecution(execution.call, key, execution.result, execution.update, recorded=True)
+    return Decision(ToolExecution(execution.call, key, execution.result, execution.update, recorded=True))

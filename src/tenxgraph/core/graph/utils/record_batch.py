@@ -13,12 +13,11 @@ failed-record-write gap). A crash stops the writer and its group alike.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from dataclasses import dataclass, field
 
-from tenxgraph.core.state.messages import JSON
-from tenxgraph.errors import SerializationError
+from tenxgraph.state.messages import JSON
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.utils.errors import SerializationError
 
 _LEAD = object()  # a waiting record's future resolves to this when its call is to write the next group
 
@@ -99,7 +98,3 @@ class RecordBatch:
         if isinstance(outcome, SerializationError):
             raise outcome
         return bool(outcome)
-
-
-#: The record batch of the tool node running in this context (None: records are written one by one).
-batch_var: contextvars.ContextVar[RecordBatch | None] = contextvars.ContextVar("tenxgraph_record_batch", default=None)

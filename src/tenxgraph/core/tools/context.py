@@ -1,0 +1,108 @@
+"""What a node or a tool body may know about the run it executes in: the run's context (:func:`current_run`) and,
+inside a tool body, the tool call being executed (:func:`current_tool_call`, or a parameter typed
+:data:`ToolContext`).
+
+This module holds the runtime's only ContextVar: one :class:`Scope` per running node or tool call. Everything else
+(the checkpointer, the thread, the call) is passed explicitly; the scope exists so that user code (a node, a tool
+body) can ask where it runs without every signature carrying it."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tenxgraph.core.tools.config import RunConfig
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    config: RunConfig
+    checkpointer: BaseCheckpointer
+    node: str
+    #: This node is the one a crashed or failed run left unfinished, run again by a resume.
+    resumed: bool = False
+
+    @property
+    def thread_id(self) -> str:
+        return self.config.thread_id
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallInfo:
+    """The tool call being executed: what a tool body (or an observer) may know about itself."""
+
+    thread_id: str
+    message_id: str
+    call_id: str | None
+    tool: str
+    index: int
+    key: str | None
+    #: The tool's in-doubt policy ("retry", "fail", "reconcile"), None when it did not opt in.
+    on_in_doubt: str | None = None
+    #: The tool's effect class ("read", "idempotent", "external", "transactional"), None when it says none.
+    effect: str | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key for external APIs: the same on every replay and in every process, different for every other call.
+
+        Derived from (thread_id, assistant message id, tool_call_id); pass it to payment or email providers.
+        """
+        digest = hashlib.sha256(f"{self.thread_id}\x00{self.execution_id}".encode()).hexdigest()
+        return f"tenx-{digest[:40]}"
+
+    @property
+    def execution_id(self) -> str:
+        """The ledger key, or (unprotected call) a stand-in that is still stable across replays of the message."""
+        return self.key or f"unkeyed:{self.message_id}:{self.index}:{self.tool}"
+
+
+ToolContext = ToolCallInfo
+"""Declare a parameter of this type in a tool to receive the call's context (never shown to the model)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Where the code running in this context is: a node of a run, and maybe one of its tool calls."""
+
+    run: RunContext | None = None
+    call: ToolCallInfo | None = None
+
+
+_scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("tenxgraph_scope", default=None)
+
+
+def current_run() -> RunContext | None:
+    """The run context of the node being executed, or None outside a run."""
+    scope = _scope.get()
+    return scope.run if scope is not None else None
+
+
+def current_tool_call() -> ToolCallInfo | None:
+    """Inside a tool body: the call being executed (thread, message id, tool_call_id, ledger key)."""
+    scope = _scope.get()
+    return scope.call if scope is not None else None
+
+
+@contextlib.contextmanager
+def running_node(ctx: RunContext) -> Iterator[None]:
+    """The scope of one node's execution (set by the run loop)."""
+    token = _scope.set(Scope(ctx))
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+@contextlib.contextmanager
+def running_call(info: ToolCallInfo) -> Iterator[None]:
+    """The scope of one tool call's execution (set by the ledger), inside the node's scope if there is one."""
+    token = _scope.set(Scope(current_run(), info))
+    try:
+        yield
+    finally:
+        _scope.reset(token)
