@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import scenario
-from tenxgraph.core.state.messages import JSON
+from tenxgraph.state.messages import JSON
 from tenxgraph.storage.checkpointer import (
     BaseCheckpointer,
     DelegatingCheckpointer,
@@ -80,7 +80,7 @@ def pg_schema(dsn: str, prefix: str) -> Iterator[str]:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
         redis_url = os.environ.get("REPLAYSAFE_REDIS_URL")
         if redis_url:  # and the Redis cache keys of that schema (PgCheckpointer.cache_prefix), nothing else
-            from pytest_replaysafe.services import delete_redis_keys
+            from pytest_replaysafe.matrix.services import delete_redis_keys
 
             delete_redis_keys(redis_url, f"tenxgraph:{schema}:")
 
@@ -296,10 +296,10 @@ def crash_matrix_throughput(
     does) or on *shared*, one checkpointer for every item (as the plugin shares one PostgreSQL schema per
     worker)."""
     from examples.support_refund.agent import build_support_agent
-    from pytest_replaysafe.effects import Effects
-    from pytest_replaysafe.gaps import KNOWN_GAPS
-    from pytest_replaysafe.harness import CrashRun
-    from pytest_replaysafe.matrix import Cell
+    from pytest_replaysafe.judge.gaps import KNOWN_GAPS
+    from pytest_replaysafe.matrix.cells import Cell
+    from pytest_replaysafe.run.effects import Effects
+    from pytest_replaysafe.run.harness import CrashRun
     from tenxgraph import Message
 
     out: dict[str, Any] = {}

@@ -59,7 +59,7 @@ def hop(runs: int) -> dict[str, float]:
 
 def sigkill(cells: int) -> dict[str, float]:
     from benchmarks.bench import crash_matrix_throughput
-    from pytest_replaysafe import modes
+    from pytest_replaysafe.run import modes
 
     phases: dict[str, list[float]] = {"fork_ms": [], "child_until_reaped_ms": [], "resume_ms": []}
 

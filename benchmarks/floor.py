@@ -35,7 +35,7 @@ from benchmarks.bench import (
     pg_dsn,
 )
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
-from tenxgraph.core.state.messages import JSON
+from tenxgraph.state.messages import JSON
 from tenxgraph.storage.checkpointer import BaseCheckpointer, SqliteCheckpointer
 from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
 

@@ -144,7 +144,7 @@ def main() -> None:
     dsn = os.environ.get("REPLAYSAFE_PG_DSN")
     if not dsn:
         sys.exit("set REPLAYSAFE_PG_DSN to a PostgreSQL server (a schema of its own is made and dropped)")
-    from pytest_replaysafe import services
+    from pytest_replaysafe.matrix import services
 
     schema = services.new_schema_name("rsl")
     figures: dict[str, object] = {"load_average": os.getloadavg()}

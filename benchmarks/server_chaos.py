@@ -49,7 +49,15 @@ class Fleet:
             self.start(port)
 
     def start(self, port: int) -> None:
-        command = [sys.executable, "-m", "tenxgraph.cli", "serve", "benchmarks.chaos_app:app", "--port", str(port)]
+        command = [
+            sys.executable,
+            "-m",
+            "tenxgraph.server.cli",
+            "serve",
+            "benchmarks.chaos_app:app",
+            "--port",
+            str(port),
+        ]
         command += ["--recovery-interval", "1", "--lock-timeout", "2", "--log-level", "warning"]
         proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
@@ -197,7 +205,7 @@ def main() -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
         if redis_url:
-            from pytest_replaysafe.services import delete_redis_keys
+            from pytest_replaysafe.matrix.services import delete_redis_keys
 
             delete_redis_keys(redis_url, f"tenxgraph:{schema}:")
     result = {"load_average_at_start": round(load, 2), "cores": os.cpu_count(), "phases": phases}

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_replaysafe import services
+from pytest_replaysafe.matrix import services
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from pytest_replaysafe.evidence import ExecutionLog
-from pytest_replaysafe.verdict import result_problems
+from pytest_replaysafe.judge.evidence import ExecutionLog
+from pytest_replaysafe.judge.verdict import result_problems
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, ThreadBusyError
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.utils.instrument import add_tool_observer

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import pytest_replaysafe.effects  # noqa: F401 - declares tool.in_flight
+import pytest_replaysafe.run.effects  # noqa: F401 - declares tool.in_flight
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected, InjectedFault
 

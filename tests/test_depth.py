@@ -15,10 +15,18 @@ from typing import Any
 
 import pytest
 
-from pytest_replaysafe.evidence import Entry, unfinished_since
-from pytest_replaysafe.gaps import KNOWN_GAPS
-from pytest_replaysafe.schedules import DEFAULT_BUDGET, REPLAY_PATH, Depth, Then, candidates, choose, smaller
-from pytest_replaysafe.verdict import HitEvidence, Reference, judge
+from pytest_replaysafe.judge.evidence import Entry, unfinished_since
+from pytest_replaysafe.judge.gaps import KNOWN_GAPS
+from pytest_replaysafe.judge.verdict import HitEvidence, Reference, judge
+from pytest_replaysafe.matrix.schedules import (
+    DEFAULT_BUDGET,
+    REPLAY_PATH,
+    Depth,
+    SecondCrash,
+    candidates,
+    choose,
+    smaller,
+)
 from tests import browser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +69,7 @@ def test_schedules_are_learned_from_the_resume_and_chosen_under_the_budget() -> 
     always = {p for p in plans if p[2] is not None and p[2].hit == 1 and p[2].point in REPLAY_PATH}
     assert always <= set(small.plans) and len(small.plans) == 3 and (small.enumerated, small.sampled) == (2, 1)
     assert choose(plans, Depth(2, 3), random.Random(1)).plans == small.plans  # seeded
-    only = choose(plans, Depth(2, 3, Then("node.after_complete", 2)), random.Random(1))
+    only = choose(plans, Depth(2, 3, SecondCrash("node.after_complete", 2)), random.Random(1))
     assert [str(p[2]) for p in only.plans] == ["node.after_complete@2"]
     assert Depth.parse(None, None, None) == Depth(1, DEFAULT_BUDGET)
     assert Depth.parse("2", "all", None) == Depth(2, None)
@@ -73,12 +81,12 @@ def test_schedules_are_learned_from_the_resume_and_chosen_under_the_budget() -> 
 
 def test_a_failing_schedule_has_smaller_ones_to_try_where_the_resume_reached_them() -> None:
     counts = {(1, 1): {"tool.before_invoke": 3}, (2, 1): {"tool.before_invoke": 1}, (3, 1): {"tool.before_invoke": 3}}
-    failing = (3, 1, Then("tool.before_invoke", 3))
+    failing = (3, 1, SecondCrash("tool.before_invoke", 3))
     steps = [(h, o, str(t)) for h, o, t in smaller(failing, counts)]
     # an earlier first hit (hit 2's resume never reached a third arrival; order 0 of hit 3 was never learned),
     # then earlier arrivals of the second point, smallest first
     assert steps == [(1, 1, "tool.before_invoke@3"), (3, 1, "tool.before_invoke@1"), (3, 1, "tool.before_invoke@2")]
-    assert smaller((1, 0, Then("tool.before_invoke", 1)), counts) == []  # already the smallest
+    assert smaller((1, 0, SecondCrash("tool.before_invoke", 1)), counts) == []  # already the smallest
 
 
 def entry(event: str, call: str = "m:0", tool: str = "refund") -> Entry:
@@ -152,34 +160,29 @@ def test_a_runtime_that_only_a_crash_during_recovery_breaks_is_caught_at_depth_t
 
 
 def test_after_a_failing_schedule_smaller_ones_run_until_the_smallest_failing_one_is_found(tmp_path: Path) -> None:
-    from pytest_replaysafe.harness import CrashRun
-    from pytest_replaysafe.matrix import Cell
-    from pytest_replaysafe.outcome import CellResult, Outcome
-    from pytest_replaysafe.schedules import Choice
+    from pytest_replaysafe.judge.outcome import CellResult, Outcome
+    from pytest_replaysafe.matrix.cells import Cell
+    from pytest_replaysafe.matrix.schedules import Choice
+    from pytest_replaysafe.run.harness import CellPlan, CrashRun
     from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 
-    run = CrashRun(
-        nodeid="t.py::test_x[tool.after_return-memory-inprocess]",
-        cell=Cell("tool.after_return", "memory", "inprocess"),
-        backend=None,
-        checkpointer=InMemoryCheckpointer(),
-        workdir=tmp_path,
-        seed=1,
-        rules=KNOWN_GAPS,
-        repro="",
-    )
+    plan = CellPlan(
+        "t.py::test_x[tool.after_return-memory-inprocess]", Cell("tool.after_return", "memory", "inprocess"),
+        seed=1, rules=KNOWN_GAPS,
+    )  # fmt: skip
+    run = CrashRun(plan, InMemoryCheckpointer(), tmp_path).driver
     run.planner.choice = Choice([], 10, 1, 0)
     run.planner.resume_counts = {(1, 0): {"tool.before_invoke": 3}, (2, 0): {"tool.before_invoke": 3}}
 
-    def verdict(plan: tuple[int, int, Then | None], outcome: Outcome) -> None:
+    def verdict(plan: tuple[int, int, SecondCrash | None], outcome: Outcome) -> None:
         hit, _, then = plan
         run.results.append(CellResult("t", "tool.after_return", hit, "memory", "inprocess", outcome, then=str(then)))
 
-    verdict((2, 0, Then("tool.before_invoke", 3)), Outcome.VIOLATION)  # the sampled schedule that failed
+    verdict((2, 0, SecondCrash("tool.before_invoke", 3)), Outcome.VIOLATION)  # the sampled schedule that failed
     # which smaller schedules fail: an earlier first hit does not; earlier second arrivals do, down to @2
     fails = {(2, 0, "tool.before_invoke@2"), (2, 0, "tool.before_invoke@3")}
     tried = []
-    for plan in run.planner.shrink({(2, 0, Then("tool.before_invoke", 3))}, run._failing_schedules):
+    for plan in run.planner.shrink({(2, 0, SecondCrash("tool.before_invoke", 3))}, run._failing_schedules):
         tried.append((plan[0], plan[1], str(plan[2])))
         verdict(plan, Outcome.VIOLATION if tried[-1] in fails else Outcome.PROTECTED)
     assert tried == [

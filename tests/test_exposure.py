@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_replaysafe.evidence import Entry
-from pytest_replaysafe.exposure import parse_rate, summarize, windows
+from pytest_replaysafe.judge.evidence import Entry
+from pytest_replaysafe.judge.exposure import parse_rate, summarize, windows
 from tests.test_plugin import report, run, write
 
 pytest_plugins = ["pytester"]

@@ -14,7 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pytest_replaysafe import faults, services
+from pytest_replaysafe.matrix import services
+from pytest_replaysafe.run import faults
 
 ROOT = Path(__file__).resolve().parents[1]
 REFUND = ROOT / "examples/support_refund/test_support_refund.py"

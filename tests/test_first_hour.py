@@ -138,7 +138,7 @@ def test_a_refused_connection_says_so_on_one_line() -> None:
 
 
 def test_closing_lines_count_alike_and_in_good_english() -> None:
-    from pytest_replaysafe.report import closing_lines
+    from pytest_replaysafe.report.outputs import closing_lines
 
     def cell(outcome: str) -> dict[str, str]:
         return {"outcome": outcome, "backend": "sqlite"}
@@ -152,7 +152,7 @@ def test_closing_lines_count_alike_and_in_good_english() -> None:
     assert closing_lines([cell("failed")])[0].startswith("NOT PROVED: 1 failed cell (")
     held = [cell("protected"), cell("in_doubt_handled"), cell("exactly_once")]
     assert closing_lines(held)[0].startswith("proved: 3 cells")  # the HTML headline counts the same three
-    from pytest_replaysafe import html
+    from pytest_replaysafe.report import html
 
     assert (
         "s.protected + s.in_doubt_handled + s.exactly_once" in (Path(html.__file__).parent / "report.html").read_text()

@@ -339,7 +339,7 @@ def test_a_crash_lets_no_sibling_record_after_it(tmp_path: Path) -> None:
     import random
     import threading
 
-    from pytest_replaysafe.effects import Effects
+    from pytest_replaysafe.run.effects import Effects
     from tenxgraph import Message
     from tenxgraph.core import crashpoints
     from tenxgraph.core.graph.utils.instrument import set_completion_order

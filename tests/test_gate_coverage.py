@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from pytest_replaysafe import services
-from pytest_replaysafe.evidence import Entry, call_id_of
-from pytest_replaysafe.provenance import provenance, shared_keys
+from pytest_replaysafe.judge.evidence import Entry, call_id_of
+from pytest_replaysafe.judge.provenance import provenance, shared_keys
+from pytest_replaysafe.matrix import services
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core.graph.utils.instrument import set_completion_order
 from tenxgraph.state.messages import ToolCallBlock, ToolResultBlock
@@ -75,7 +75,7 @@ def _entry(event: str, call: str, fp: str | None, error: bool = False, ikey: str
 
 
 def test_a_replayed_answer_is_compared_with_its_error_flag() -> None:
-    from pytest_replaysafe.evidence import fingerprint
+    from pytest_replaysafe.judge.evidence import fingerprint
 
     text = "RuntimeError: card declined"
     ask = Message.assistant(tool_calls=[ToolCallBlock("c1", "refund", {})], message_id="m")

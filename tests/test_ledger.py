@@ -413,3 +413,36 @@ def test_a_record_of_a_newer_format_is_refused_never_misread(checkpointer: BaseC
     with pytest.raises(SerializationError, match="format version 99; this runtime reads versions up to 1"):
         agent(checkpointer, script, [refund_order]).invoke(None, {"thread_id": "t"})
     assert runs == []  # not run again either
+
+
+def test_the_ledger_is_called_without_our_run_loop(checkpointer: BaseCheckpointer) -> None:
+    """What an integration does (a LangGraph node, an MCP tool): call the ledger with a message, the tools, a
+    checkpointer and a thread. The call is recorded on that thread, its body sees its own call (not a run), and a
+    second call with the same message replays the record instead of running the body again."""
+    from tenxgraph.core.graph.utils.invoke_node_handler import invoke_tool_calls
+    from tenxgraph.core.tools.context import current_tool_call
+    from tenxgraph.core.tools.tool import Tool
+
+    seen: list[tuple[str | None, bool]] = []
+
+    def refund(order_id: str) -> str:
+        call = current_tool_call()
+        seen.append((call.key if call is not None else None, current_run() is None))
+        return f"refunded {order_id}"
+
+    tools = {"refund": Tool.from_function(refund)}
+    message = Message.assistant(tool_calls=[ToolCallBlock("call_1", "refund", {"order_id": "A1"})])
+
+    async def scenario() -> tuple[Any, ...]:  # (one event loop: a PostgreSQL pool belongs to the loop that opened it)
+        first = await invoke_tool_calls(message, tools, checkpointer, "outside")
+        again = await invoke_tool_calls(message, tools, checkpointer, "outside")
+        other = await invoke_tool_calls(message, tools, checkpointer, "another thread")
+        return first, again, other, await checkpointer.alist_tool_results("outside")
+
+    first, again, other, stored = asyncio.run(scenario())
+    key = f"{message.message_id}:call_1"
+    assert seen == [(key, True), (key, True)]  # two executions (one per thread), each knowing its key, in no run
+    assert [(e.result.output, e.recorded, e.replayed) for e in first] == [("refunded A1", True, False)]
+    assert [(e.result.output, e.replayed) for e in again] == [("refunded A1", True)]
+    assert [e.replayed for e in other] == [False]  # the thread given is the ledger used
+    assert set(stored) == {key}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_replaysafe import services
+from pytest_replaysafe.matrix import services
 from tests.mutants import MUTANTS, NEEDS_DEPTH, NEEDS_DROP, NEEDS_ORDERS, NEEDS_OUTAGE, NEEDS_REDIS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_replaysafe.orders import Orders
+from pytest_replaysafe.matrix.orders import Orders
 
 ROOT = Path(__file__).resolve().parents[1]
 

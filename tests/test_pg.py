@@ -22,7 +22,7 @@ from psycopg import sql
 
 from examples.payments import LocalProvider
 from examples.support_refund.agent import build_support_agent
-from pytest_replaysafe import services
+from pytest_replaysafe.matrix import services
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected
@@ -531,7 +531,7 @@ def test_a_missing_driver_is_reported_as_a_driver_not_a_server_that_is_down() ->
     """Before: 'postgresql://... did not answer: ModuleNotFoundError: No module named psycopg'."""
     code = (
         "import sys; sys.modules['psycopg'] = None\n"
-        "from pytest_replaysafe import services\n"
+        "from pytest_replaysafe.matrix import services\n"
         "print(services.start_postgres().reason)"
     )
     env = {**os.environ, "REPLAYSAFE_PG_DSN": "postgresql://postgres@127.0.0.1:5432/test"}
@@ -790,7 +790,7 @@ def test_a_blip_of_the_lock_connection_does_not_run_an_in_flight_sibling_twice(
     second run (a client retry, another server's recovery) arrives 0.8 s later, while the email is still being
     sent. Before the lease it took the thread and sent the email again; now it is refused, and the first run takes
     its lock again and finishes: the email is sent once."""
-    from pytest_replaysafe.faults import Proxy, proxied_dsn
+    from pytest_replaysafe.run.faults import Proxy, proxied_dsn
 
     proxies: dict[tuple[str, int], Proxy] = {}
     dsn = proxied_dsn(pg_dsn, proxies) if blip.startswith("outage") else pg_dsn

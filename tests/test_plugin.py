@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_replaysafe.matrix import LOCK_WINDOWS
+from pytest_replaysafe.matrix.cells import LOCK_WINDOWS
 
 pytest_plugins = ["pytester"]
 
@@ -163,7 +163,7 @@ def test_refund(crash_run):
 SABOTAGE = '''
 import pytest
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
-from pytest_replaysafe.matrix import Backend
+from pytest_replaysafe.matrix.cells import Backend
 
 class AmnesiacLedger(SqliteCheckpointer):
     """Records tool results but never finds them: a broken ledger."""
@@ -276,7 +276,7 @@ def test_crash_list_prints_points_with_locations(pytester: pytest.Pytester) -> N
         [
             "run.before_node*crash*tenxgraph/core/graph/compiled.py*the current node is recorded*",
             "ledger.read_error*fault*tenxgraph/core/graph/utils/invoke_node_handler.py*",
-            "tool.in_flight*crash*pytest_replaysafe/effects.py*",
+            "tool.in_flight*crash*pytest_replaysafe/run/effects.py*",
         ]
     )
 
@@ -393,7 +393,7 @@ def test_in_doubt_tools_close_the_gaps_in_every_cell(pytester: pytest.Pytester) 
 
 LOCKLESS = """
 import contextlib
-from pytest_replaysafe.matrix import Backend
+from pytest_replaysafe.matrix.cells import Backend
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
 class Lockless(SqliteCheckpointer):
@@ -428,7 +428,7 @@ def test_help_lists_every_mode_and_the_service_variables(pytester: pytest.Pytest
 
 
 def test_grid_rows_follow_firing_order_and_inapplicable_columns_are_left_out() -> None:
-    from pytest_replaysafe import report
+    from pytest_replaysafe.report import outputs as report
 
     def cell(point: str, backend: str, mode: str, outcome: str) -> dict[str, object]:
         return {"point": point, "backend": backend, "mode": mode, "outcome": outcome}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_replaysafe import report
-from pytest_replaysafe.progress import Progress
+from pytest_replaysafe.report import outputs as report
+from pytest_replaysafe.report.progress import Progress
 from tenxgraph.core.crashpoints import POINTS
 
 sys.path.insert(0, str(Path(__file__).parent))

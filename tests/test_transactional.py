@@ -309,16 +309,18 @@ def test_postgres_a_transient_failure_of_the_transaction_is_tried_again(
 ) -> None:
     """A pool timeout or a lost connection (found by the server chaos benchmark): the attempt rolled back, so the
     transaction is tried again instead of answering the model with an error and never making the write."""
+    from tenxgraph.storage.checkpointer import pg
+
     cp, table = pg_outbox
-    original = type(cp)._transact
+    original = pg.transact
     failures = [psycopg.OperationalError("server closed the connection unexpectedly")]
 
-    async def flaky(self: Any, *args: Any) -> Any:
+    async def flaky(*args: Any) -> Any:
         if failures:
             raise failures.pop()
-        return await original(self, *args)
+        return await original(*args)
 
-    monkeypatch.setattr(type(cp), "_transact", flaky)
+    monkeypatch.setattr(pg, "transact", flaky)
     result = pg_app(cp, table).invoke(MSG, {"thread_id": "t"})
     assert result.messages[2].tool_results[0].output == "queued for ada" and not failures
     assert pg_rows(cp, table) == 1

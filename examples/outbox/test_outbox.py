@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from examples.outbox.agent import build_outbox_agent, outbox_table, relay
-from pytest_replaysafe.effects import Effects
-from pytest_replaysafe.harness import CrashRun
+from pytest_replaysafe.run.effects import Effects
+from pytest_replaysafe.run.harness import CrashRun
 from tenxgraph import Message
 
 REQUEST = {"messages": [Message.text_message("email me about my refund")]}

@@ -15,22 +15,21 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_replaysafe import matrix, services
-from pytest_replaysafe.exposure import EXPOSURE_PROPERTY
+from pytest_replaysafe.matrix import cells as matrix
+from pytest_replaysafe.matrix import services
 from pytest_replaysafe.options import settings_key
-from pytest_replaysafe.outcome import CellResult, Outcome
-from pytest_replaysafe.schedules import SCHEDULES_PROPERTY
 
 if TYPE_CHECKING:
-    from pytest_replaysafe.effects import Effects
-    from pytest_replaysafe.faults import Proxy
-    from pytest_replaysafe.gaps import GapRule
-    from pytest_replaysafe.harness import CrashRun
+    from pytest_replaysafe.judge.gaps import GapRule
+    from pytest_replaysafe.run.driver import CellDriver
+    from pytest_replaysafe.run.effects import Effects
+    from pytest_replaysafe.run.faults import Proxy
+    from pytest_replaysafe.run.harness import CrashRun
     from tenxgraph.storage.checkpointer.base import BaseCheckpointer
     from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 
 CELL_PROPERTY = "replaysafe_cell"
-crash_run_key = pytest.StashKey["CrashRun"]()
+crash_run_key: pytest.StashKey[CellDriver] = pytest.StashKey()
 
 
 @pytest.fixture
@@ -79,6 +78,8 @@ def replaysafe_workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
 
 
 def _not_applicable(request: pytest.FixtureRequest, cell: matrix.Cell, seed: int) -> None:
+    from pytest_replaysafe.judge.outcome import CellResult, Outcome
+
     result = CellResult(
         request.node.nodeid,
         cell.point,
@@ -98,7 +99,9 @@ def crash_run(
     request: pytest.FixtureRequest, _replaysafe_cell: matrix.Cell | None, replaysafe_workdir: Path
 ) -> Iterator[CrashRun]:
     """Runs the test's agent clean, or (in a matrix cell) crashed and resumed at each hit, and judges it."""
-    from pytest_replaysafe.harness import CrashRun
+    from pytest_replaysafe.judge.exposure import EXPOSURE_PROPERTY
+    from pytest_replaysafe.matrix.schedules import SCHEDULES_PROPERTY
+    from pytest_replaysafe.run.harness import CellPlan, CrashRun
 
     settings = request.config.stash[settings_key]
     marker = request.node.get_closest_marker("crash_matrix")
@@ -113,12 +116,10 @@ def crash_run(
         if cell.mode in matrix.PROCESS_MODES and not backend.durable:
             _not_applicable(request, cell, settings.seed)
         factory = backend.cell_factory or backend.factory
-    run = CrashRun(
+    plan = CellPlan(
         nodeid=request.node.nodeid,
         cell=cell,
         backend=backend,
-        checkpointer=factory(request),
-        workdir=replaysafe_workdir,
         seed=settings.seed,
         rules=settings.rules or _default_rules(),
         repro=matrix.repro_line(request.node.nodeid, cell, settings.seed) if cell is not None else "",
@@ -128,10 +129,11 @@ def crash_run(
         depth=settings.depth_for(marked),
         faults=settings.faults,
         replay=settings.replay.executions(request.node.nodeid) if settings.replay else None,
-        effects=request.getfixturevalue("effects") if "effects" in request.fixturenames else None,
     )
-    request.node.stash[crash_run_key] = run
-    yield run
+    effects = request.getfixturevalue("effects") if "effects" in request.fixturenames else None
+    crash_run = CrashRun(plan, factory(request), replaysafe_workdir, effects)
+    run = request.node.stash[crash_run_key] = crash_run.driver  # the plugin drives the cell through it
+    yield crash_run
     for result in run.results:
         request.node.user_properties.append((CELL_PROPERTY, json.dumps(result.to_json())))
     if run.planner.choice is not None:
@@ -144,7 +146,7 @@ def crash_run(
 
 
 def _default_rules() -> tuple[GapRule, ...]:
-    from pytest_replaysafe.gaps import KNOWN_GAPS
+    from pytest_replaysafe.judge.gaps import KNOWN_GAPS
 
     return KNOWN_GAPS
 
@@ -152,7 +154,7 @@ def _default_rules() -> tuple[GapRule, ...]:
 @pytest.fixture
 def effects(replaysafe_workdir: Path) -> Effects:
     """A durable side-effect simulator (like a payment API) that honours idempotency keys."""
-    from pytest_replaysafe.effects import Effects
+    from pytest_replaysafe.run.effects import Effects
 
     return Effects(replaysafe_workdir / "effects.db")
 
@@ -179,9 +181,9 @@ class SharedPg:
 
     def checkpointer(self, dsn: str, redis_url: str | None, proxied: str | None = None) -> PgCheckpointer:
         """*proxied*: ``outage`` (PostgreSQL) or ``redis-down`` (Redis) connects through a proxy of the harness's
-        (:mod:`pytest_replaysafe.faults`), which that fault cuts."""
-        from pytest_replaysafe.faults import proxied_dsn, proxied_redis_url
-        from pytest_replaysafe.intruder import MATRIX_LEASE_S
+        (:mod:`pytest_replaysafe.run.faults`), which that fault cuts."""
+        from pytest_replaysafe.run.faults import proxied_dsn, proxied_redis_url
+        from pytest_replaysafe.run.intruder import MATRIX_LEASE_S
         from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 
         self.dsn = dsn

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_replaysafe.gaps import GapRule
-    from pytest_replaysafe.matrix import Backend
+    from pytest_replaysafe.judge.gaps import GapRule
+    from pytest_replaysafe.matrix.cells import Backend
 
 
 @pytest.hookspec

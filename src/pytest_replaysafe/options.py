@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_replaysafe import faults, matrix, services
-from pytest_replaysafe.exposure import parse_rate
-from pytest_replaysafe.orders import Orders
-from pytest_replaysafe.replay import Replay
-from pytest_replaysafe.schedules import DEFAULT_BUDGET, Depth
+from pytest_replaysafe.matrix import cells as matrix
+from pytest_replaysafe.matrix import services
+from pytest_replaysafe.matrix.cells import DEFAULT_BUDGET
 
 if TYPE_CHECKING:
-    from pytest_replaysafe.gaps import GapRule
+    from pytest_replaysafe.judge.gaps import GapRule
+    from pytest_replaysafe.matrix.orders import Orders
+    from pytest_replaysafe.matrix.schedules import Depth
+    from pytest_replaysafe.report.replay import Replay
 
 SEED_CACHE_KEY = "replaysafe/seed"
 
@@ -39,10 +40,10 @@ class Settings:
     rate: str = "1/day"
     rate_per_s: float = 1 / 86400
     #: Completion orders of parallel calls to run each hit under (``--crash-orders``, ``--crash-order``).
-    orders: Orders = field(default_factory=Orders)
+    orders: Orders | None = None  # (None: the default, see :class:`.matrix.orders.Orders`)
     #: ``--crash-replay``: the failing cells of an earlier report, to run again exactly.
     replay: Replay | None = None
-    #: ``--crash-faults``: storage faults to inject (see :mod:`pytest_replaysafe.faults`).
+    #: ``--crash-faults``: storage faults to inject (see :mod:`pytest_replaysafe.run.faults`).
     faults: frozenset[str] = frozenset({"cache"})
     #: Crashes during recovery (``--crash-depth``, ``--crash-budget``, ``--crash-then``); None where not given.
     depth: int | None = None
@@ -57,6 +58,8 @@ class Settings:
         """A test's depth and budget: the command line's (or ini's), else its marker's ``depth=`` and ``budget=``."""
         depth = self.depth if self.depth is not None else marked.get("depth")
         budget = self.budget if self.budget is not None else marked.get("budget")
+        from pytest_replaysafe.matrix.schedules import Depth
+
         return Depth.parse(depth, budget, self.then)
 
 
@@ -207,8 +210,14 @@ def _progress(config: pytest.Config) -> float | None:
 
 
 def read_settings(config: pytest.Config) -> Settings:
+    """The plugin's settings from options and ini; what only a matrix needs is imported when its option is given
+    (a plain ``pytest`` run loads none of it)."""
     replay_path = config.getoption("--crash-replay")
-    replay = Replay.load(Path(replay_path)) if replay_path else None
+    replay = None
+    if replay_path:
+        from pytest_replaysafe.report.replay import Replay
+
+        replay = Replay.load(Path(replay_path))
     enabled = bool(config.getoption("--crash-matrix") or config.getini("crash_matrix") or replay)
     report = _option(config, "crash_report")
     markdown = _option(config, "crash_markdown")
@@ -229,16 +238,31 @@ def read_settings(config: pytest.Config) -> Settings:
         settings.replay = replay
         if config.getoption("--crash-seed") is None and not hasattr(config, "workerinput"):
             settings.seed = replay.seed  # the report's seed, unless one is given
-    settings.orders = Orders.parse(_option(config, "crash_orders"), config.getoption("--crash-order"))
+    orders, order = _option(config, "crash_orders"), config.getoption("--crash-order")
+    if orders is not None or order is not None:
+        from pytest_replaysafe.matrix.orders import Orders
+
+        settings.orders = Orders.parse(orders, order)
     depth = _option(config, "crash_depth")
     settings.budget, settings.then = _option(config, "crash_budget"), config.getoption("--crash-then")
-    settings.depth = Depth.parse(depth, settings.budget, settings.then).depth if depth or settings.then else None
-    settings.faults = faults.parse(_option(config, "crash_faults"))
-    settings.rate = str(_option(config, "crash_rate") or "1/day")
-    try:
-        settings.rate_per_s = parse_rate(settings.rate)
-    except ValueError as exc:
-        raise pytest.UsageError(f"replaysafe: --crash-rate: {exc}") from None
+    if depth or settings.then:
+        from pytest_replaysafe.matrix.schedules import Depth
+
+        settings.depth = Depth.parse(depth, settings.budget, settings.then).depth
+    faults = _option(config, "crash_faults")
+    if faults is not None:
+        from pytest_replaysafe.run.faults import parse as parse_faults
+
+        settings.faults = parse_faults(faults)
+    rate = _option(config, "crash_rate")
+    if rate:
+        from pytest_replaysafe.judge.exposure import parse_rate
+
+        settings.rate = str(rate)
+        try:
+            settings.rate_per_s = parse_rate(settings.rate)
+        except ValueError as exc:
+            raise pytest.UsageError(f"replaysafe: --crash-rate: {exc}") from None
     cache = getattr(config, "cache", None)
     if enabled and cache is not None and not hasattr(config, "workerinput"):
         cache.set(SEED_CACHE_KEY, settings.seed)
@@ -248,7 +272,7 @@ def read_settings(config: pytest.Config) -> Settings:
 def load_registry(config: pytest.Config, settings: Settings) -> None:
     """Backends and gap rules (built in + hooks); unknown names and requested backends that cannot run here are
     usage errors, so requested coverage is never silently missing."""
-    from pytest_replaysafe.gaps import KNOWN_GAPS
+    from pytest_replaysafe.judge.gaps import KNOWN_GAPS
     from tenxgraph.core.crashpoints import list_crash_points
 
     registry = {b.name: b for b in matrix.BUILTIN_BACKENDS}

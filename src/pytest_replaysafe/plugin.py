@@ -1,9 +1,9 @@
 """pytest-replaysafe, registered through the ``pytest11`` entry point ``replaysafe``: the hooks.
 
 Without ``--crash-matrix`` a marked test runs once, normally (its tool executions are still checked). With it,
-the test expands into one item per crash point x backend x mode (:mod:`pytest_replaysafe.matrix`); each item runs
-the test body once per hit of its point, crashing and resuming there (:mod:`pytest_replaysafe.harness`), and the
-verdicts (:mod:`pytest_replaysafe.verdict`) go to the terminal and reports (:mod:`pytest_replaysafe.reporter`).
+the test expands into one item per crash point x backend x mode (:mod:`pytest_replaysafe.matrix.cells`); each item runs
+the test body once per hit of its point, crashing and resuming there (:mod:`pytest_replaysafe.run.harness`), and the
+verdicts (:mod:`pytest_replaysafe.judge.verdict`) go to the terminal and reports (:mod:`pytest_replaysafe.reporter`).
 Options live in :mod:`pytest_replaysafe.options`, fixtures in :mod:`pytest_replaysafe.fixtures`. Importing this
 module imports nothing of the runtime.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pytest_replaysafe import hookspecs, matrix, options
+from pytest_replaysafe import hookspecs, options
 from pytest_replaysafe.fixtures import (  # noqa: F401 - fixtures are found by name in the plugin module
     _replaysafe_cell,
     _replaysafe_matrix_pg,
@@ -35,6 +35,7 @@ from pytest_replaysafe.fixtures import (  # noqa: F401 - fixtures are found by n
     replaysafe_checkpointer,
     replaysafe_workdir,
 )
+from pytest_replaysafe.matrix import cells as matrix
 from pytest_replaysafe.options import settings_key
 
 

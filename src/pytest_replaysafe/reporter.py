@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from pytest_replaysafe import report
-from pytest_replaysafe.coverage import lines as coverage_lines
-from pytest_replaysafe.coverage import summarize as summarize_coverage
-from pytest_replaysafe.exposure import EXPOSURE_PROPERTY, summarize
-from pytest_replaysafe.exposure import lines as exposure_lines
 from pytest_replaysafe.fixtures import CELL_PROPERTY
-from pytest_replaysafe.matrix import FAULT_CELL_MODES, MODES, Cell
+from pytest_replaysafe.judge.coverage import lines as coverage_lines
+from pytest_replaysafe.judge.coverage import summarize as summarize_coverage
+from pytest_replaysafe.judge.exposure import EXPOSURE_PROPERTY, summarize
+from pytest_replaysafe.judge.exposure import lines as exposure_lines
+from pytest_replaysafe.matrix.cells import FAULT_CELL_MODES, MODES, Cell
+from pytest_replaysafe.matrix.schedules import SCHEDULES_PROPERTY, summary_line, totals
 from pytest_replaysafe.options import Settings
-from pytest_replaysafe.progress import Progress
-from pytest_replaysafe.schedules import SCHEDULES_PROPERTY, summary_line, totals
+from pytest_replaysafe.report import outputs as report
+from pytest_replaysafe.report.progress import Progress
 
 
 def cell_of(item: pytest.Item) -> Cell | None:
@@ -99,7 +99,7 @@ class MatrixReporter:
             )
             written.append(settings.markdown)
         if settings.html is not None:
-            from pytest_replaysafe import html
+            from pytest_replaysafe.report import html
 
             html.write(settings.html, cells, settings.seed, exposure_report)
             written.append(settings.html)

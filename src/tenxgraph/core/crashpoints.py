@@ -95,7 +95,7 @@ POINTS: tuple[CrashPoint, ...] = (
         "tool.in_flight",
         "crash",
         "the effects simulator applied a side effect; the tool has not returned",
-        "pytest_replaysafe.effects",
+        "pytest_replaysafe.run.effects",
     ),
     CrashPoint(
         "tool.after_return", "crash", "the tool returned; its record is not written yet", _HANDLER, _TRANSACTIONAL

@@ -8,7 +8,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Unpack
 
 from tenxgraph.utils.constants import install_hint
 
@@ -21,7 +21,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
     raise ImportError(f"the API server needs the server extra: {install_hint('server')} ({exc})") from exc
 
 from tenxgraph.core.graph.compiled import CompiledGraph
-from tenxgraph.server.doors import Authenticate, Doors, Refused, stored_id
+from tenxgraph.server.doors import DoorArgs, Doors, Refused, stored_id
 from tenxgraph.server.limits import BadRequest, Limits, parse_run, read_body
 from tenxgraph.server.metrics import Metrics
 from tenxgraph.server.recovery import Recovery
@@ -56,15 +56,10 @@ def _state_json(thread_id: str, values: dict[str, Any], messages: list[Message],
 def create_app(
     graph: CompiledGraph[Any],
     *,
-    token: str | None = None,
-    tokens: dict[str, str] | None = None,
-    authenticate: Authenticate | None = None,
-    allowed_hosts: tuple[str, ...] | None = None,
-    allowed_origins: tuple[str, ...] = (),
-    allow_system_messages: bool = False,
     limits: Limits | None = None,
     lock_timeout: float = 5.0,
     recovery: Recovery | bool | None = True,
+    **door_args: Unpack[DoorArgs],
 ) -> Starlette:
     """An ASGI app serving *graph* (see docs/server.md, "Security").
 
@@ -80,15 +75,20 @@ def create_app(
     ask for less): a client retrying right after a crashed server must not get 409 while the database frees the
     dead lock. *recovery*: finish interrupted threads on start-up and every 30 s (``True``), as configured (a
     :class:`~tenxgraph.server.recovery.Recovery`), or not at all (``False``/None)."""
+    unknown = sorted(set(door_args) - set(DoorArgs.__annotations__))
+    if unknown:
+        raise TypeError(f"create_app() got an unexpected keyword argument {unknown[0]!r}")
     recover = Recovery(graph) if recovery is True else (recovery or None)
     metrics = Metrics()
     limits = limits or Limits()
+    allow_system_messages = bool(door_args.get("allow_system_messages", False))
+    allowed_hosts = door_args.get("allowed_hosts")
     doors = Doors(
         allowed_hosts=tuple(allowed_hosts) if allowed_hosts is not None else Doors.allowed_hosts,
-        allowed_origins=tuple(allowed_origins),
-        token=token,
-        tokens=tokens,
-        authenticate=authenticate,
+        allowed_origins=tuple(door_args.get("allowed_origins", ())),
+        token=door_args.get("token"),
+        tokens=door_args.get("tokens"),
+        authenticate=door_args.get("authenticate"),
     )
 
     def guarded(handler: Handler, auth: bool = True) -> Callable[[Request], Awaitable[Response]]:

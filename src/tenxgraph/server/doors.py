@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from tenxgraph.utils.errors import ConfigError
 
@@ -85,6 +85,17 @@ class Throttle:
 
     def passed(self, client: str) -> None:
         self._failures.pop(client, None)
+
+
+class DoorArgs(TypedDict, total=False):
+    """``create_app``'s door keywords (see docs/server.md, "Security"); each optional."""
+
+    token: str | None
+    tokens: dict[str, str] | None
+    authenticate: Authenticate | None
+    allowed_hosts: tuple[str, ...] | None
+    allowed_origins: tuple[str, ...]
+    allow_system_messages: bool
 
 
 @dataclass

@@ -12,6 +12,9 @@ Contract, for every backend:
 - Messages are keyed by ``message_id``: storing a message that is already stored does nothing.
 - The ledger maps ``(thread_id, key)`` to a JSON record; the first write wins and later writes are ignored.
   ``aget_tool_results`` answers for many keys in one call.
+
+The run loop holds a thread through :func:`hold_run_lock` and speaks to it through a :class:`RunLockSession`.
+(Past the ~350-line guide: the contract, its sync wrappers and the helpers every backend shares, in one place.)
 """
 
 from __future__ import annotations

@@ -4,33 +4,27 @@
 
     checkpointer = PgCheckpointer(postgres_dsn="postgresql://user:password@db/tenxgraph", redis_url="redis://redis:6379/0")
 
-Schema (created by :meth:`setup`, idempotent, under an advisory lock): ``threads`` (state JSONB and its per-thread
+Schema (created by :meth:`setup`, idempotent, under an advisory lock): ``threads`` (state JSONB, per-thread
 ``version``), ``messages``, ``tool_executions`` (the ledger: ``(thread_id, key)`` primary key, key TEXT never
-truncated, result JSONB, ``created_at`` indexed for pruning) and ``schema_version``.
+truncated, result JSONB, ``created_at`` indexed for pruning), ``run_leases`` and ``schema_version``.
 
-Round trips: a ledger write is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE status = 'started'`` (a result
-replaces an intent, never another result), and so is a group of records (from one JSON parameter); a node's ledger
-read is one ``SELECT ... key = ANY(...)``; a state write is one statement (compare-and-swap plus the new messages,
-in CTEs); taking the run lock and the run's first reads (the thread's state and its new messages) share one
-pipelined round trip, and so do the run's last write and the lock's release. While a run holds its thread's run
-lock, its state reads and writes and its ledger reads use the lock's own connection (fencing), one statement or
-pipeline at a time (other readers of the thread in this process share it); the thread is also held by a lease,
-so a dropped lock connection does not hand it to another worker while the run lives (:mod:`.pg_lease`). Only
-transient failures are retried (:mod:`.pg_connect`); a retried state write whose first attempt may have committed
-is recognised as ours instead of being reported stale.
+Round trips: a ledger write (or a group of records) is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE status =
+'started'`` (a result replaces an intent, never another result); a node's ledger read is one ``SELECT ... key =
+ANY(...)``; a state write is one statement (compare-and-swap plus the new messages, in CTEs); the run lock and the
+run's first reads share one pipelined round trip, and so do its last write and the lock's release. While a run
+holds its thread, its state reads and writes and its ledger reads use the lock's own connection (fencing); a lease
+keeps the thread through a dropped connection (:mod:`.pg_lease`). Only transient failures are retried; a retried
+state write whose first attempt may have committed is recognised as ours instead of being reported stale.
 
-Its SQL is in :mod:`.pg_sql`, connecting and retries in :mod:`.pg_connect`, the Redis cache in :mod:`.pg_cache`,
-the run locks and their leases in :mod:`.pg_run_lock` and :mod:`.pg_lease`. This module stays over the ~350-line
-guideline on purpose: it is one class, the checkpointer contract on PostgreSQL (connection lifecycle across forks
-and event loops, a transactional tool's transaction, and each method's statement, with the reads and writes that
-travel with the run lock), and splitting the class would scatter one contract over several files.
-"""
+Split by concern: SQL in :mod:`.pg_sql`, settings in :mod:`.pg_settings`, the pool (forks, event loops, schema
+setup) and retries in :mod:`.pg_pool` and :mod:`.pg_connect`, reads made with the lock in :mod:`.pg_first_reads`,
+a transactional tool's transaction in :mod:`.pg_transaction`, the cache in :mod:`.pg_cache`, run locks and leases
+in :mod:`.pg_run_lock` and :mod:`.pg_lease`. What is left is one method per operation of the contract (past the
+~350-line guide by the contract's length)."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -66,9 +60,10 @@ try:
     from tenxgraph.storage.checkpointer.pg_cache import RedisStateCache, thread_key
     from tenxgraph.storage.checkpointer.pg_first_reads import FirstReadsWithLock, messages_after
     from tenxgraph.storage.checkpointer.pg_pool import PgPool
-    from tenxgraph.storage.checkpointer.pg_run_lock import NotHeld, PgRunLocks
-    from tenxgraph.storage.checkpointer.pg_settings import PgSettings, PgSettingsArgs
+    from tenxgraph.storage.checkpointer.pg_run_lock import NotHeld, PgRunLocks, advisory_key
+    from tenxgraph.storage.checkpointer.pg_settings import PgSettings, PgSettingsArgs, validate_identifier
     from tenxgraph.storage.checkpointer.pg_sql import QUERIES, json_rows
+    from tenxgraph.storage.checkpointer.pg_transaction import transact
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(f"{_EXTRA_HINT} ({exc})") from exc
 
@@ -77,17 +72,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(LOGGER_NAME)
 T = TypeVar("T")
-
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-
-
-def validate_identifier(name: str, what: str = "schema") -> str:
-    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
-        raise ConfigError(
-            f"{what} {name!r} is not a valid PostgreSQL identifier: use 1-63 letters, digits or '_', "
-            "not starting with a digit"
-        )
-    return name
 
 
 class PgCheckpointer(BaseCheckpointer):
@@ -315,26 +299,7 @@ class PgCheckpointer(BaseCheckpointer):
         # Retried on a transient failure, as every pooled statement is: safe, since the attempt rolled back, or (a
         # commit whose answer was lost) committed, which the next attempt's own ledger read finds: it then does
         # not run the work.
-        return await self._retrying("tool transaction", lambda conn: self._transact(conn, thread_id, key, work))
-
-    async def _transact(
-        self, conn: psycopg.AsyncConnection[Any], thread_id: str, key: str, work: Callable[[Any], Any]
-    ) -> tuple[dict[str, JSON], bool]:
-        async with conn.transaction():
-            cur = await conn.execute(self._q["get_results"], (thread_id, [key]))
-            row = await cur.fetchone()
-            if row is not None and row[1].get("kind") != "intent":
-                return row[1], False  # recorded already: the work does not run
-            record = await work(conn)
-            cur = await conn.execute(self._q["put_result"], (thread_id, key, dumps(record, f"ledger record {key!r}")))
-            if cur.rowcount == 1:
-                return record, True  # (leaving the block commits: the writes and the record together)
-            raise psycopg.Rollback()  # recorded meanwhile by another run: roll back, writes and all
-        cur = await conn.execute(self._q["get_results"], (thread_id, [key]))  # (theirs, after the rollback)
-        row = await cur.fetchone()
-        if row is None:  # (cannot happen: it was recorded, and records are never deleted by a run)
-            raise RuntimeError(f"ledger record {key!r} of thread {thread_id!r} vanished during its transaction")
-        return row[1], False
+        return await self._retrying("tool transaction", lambda conn: transact(conn, self._q, thread_id, key, work))
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         return await self._put_ledger("put_result", thread_id, key, dumps(record, f"ledger record {key!r}"))
@@ -435,21 +400,14 @@ class PgCheckpointer(BaseCheckpointer):
         await self._pool.close()
 
     def run_lock_key(self, thread_id: str) -> int:
-        """The 64-bit advisory-lock key of *thread_id* in this schema (a 32-bit hash made unrelated threads collide:
-        ``order-3687`` and ``order-118181``; 64 bits make a collision among locks held at once negligible)."""
-        digest = hashlib.blake2b(f"{self.schema}\x00{thread_id}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big", signed=True)
+        """The 64-bit advisory-lock key of *thread_id* in this schema (:func:`.pg_run_lock.advisory_key`)."""
+        return advisory_key(self.schema, thread_id)
 
     @asynccontextmanager
     async def arun_lock(self, thread_id: str) -> AsyncIterator[None]:
-        """A session advisory lock on a connection held for the run, and the thread's lease (:mod:`.pg_lease`),
-        claimed in the same statement. No round trip of their own: they go with the run's first read (the
-        thread's state and its new messages, pipelined behind them), and their release with its last write (in
-        its transaction). While they are held, the thread's state and ledger reads and state writes use the lock's
-        connection; if it dies, the lock is taken again on a new one while the lease is still this run's. Another
-        run is refused until the lease is released, runs out (its holder stopped renewing), or its holder is known
-        dead (a process of this host that is gone): a killed worker's thread is free at once on its own host,
-        within ``run_lease`` seconds elsewhere."""
+        """A session advisory lock on a connection held for the run, and the thread's lease, claimed in the same
+        statement and round trip as the run's first reads; released with its last write. Another run is refused
+        until the lease is released, runs out, or its holder is known dead (see :mod:`.pg_run_lock`)."""
         check_thread_id(thread_id)
         reads = self._first_reads.reader(thread_id, self._q)
         pool = await self._ensure_open()
@@ -486,4 +444,3 @@ class PgCheckpointer(BaseCheckpointer):
         pool = await self._ensure_open()
         async with pool.connection(timeout=self.connect_timeout) as conn:
             yield conn
-

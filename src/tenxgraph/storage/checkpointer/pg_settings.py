@@ -3,6 +3,7 @@ defaults and checks, in one place. Each bad value is a :class:`ConfigError` nami
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -58,3 +59,15 @@ class PgSettings:
             raise ConfigError(f"run_lease must be a number of seconds between 0.05 and 3600, got {lease!r}")
         if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
             raise ConfigError(f"cache_ttl must be a whole number of seconds >= 0 (0 = no expiry), got {ttl!r}")
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def validate_identifier(name: str, what: str = "schema") -> str:
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+        raise ConfigError(
+            f"{what} {name!r} is not a valid PostgreSQL identifier: use 1-63 letters, digits or '_', "
+            "not starting with a digit"
+        )
+    return name

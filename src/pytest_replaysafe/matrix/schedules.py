@@ -1,7 +1,7 @@
 """Crashes during recovery: ``--crash-depth=2`` (or ``@pytest.mark.crash_matrix(depth=2)``).
 
 A depth-2 schedule crashes at (the cell's point, hit i), resumes, crashes *again* at (point B, hit j) of that
-resume, and resumes a second time; the verdict covers the whole schedule (:func:`pytest_replaysafe.verdict.judge`
+resume, and resumes a second time; the verdict covers the whole schedule (:func:`pytest_replaysafe.judge.verdict.judge`
 allows each call one extra execution per crash that left it unfinished, no more).
 
 Which second crashes exist is learned, not guessed: the depth-1 resume of hit i counts every crash point it
@@ -23,11 +23,11 @@ import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from pytest_replaysafe.orders import Orders
-
 #: The default number of depth-2 schedules per test item (cell): a depth-2 schedule costs about one and a half
 #: depth-1 hits (a crash, a crashed resume, a resume).
-DEFAULT_BUDGET = 8
+from pytest_replaysafe.matrix.cells import DEFAULT_BUDGET
+from pytest_replaysafe.matrix.orders import Orders
+
 #: Where the resume recovers: its first arrival at each of these is always among the second crashes run.
 REPLAY_PATH = ("tool.before_ledger_read", "tool.after_record", "node.after_complete", "run.after_advance")
 #: Modes a depth-2 schedule runs in (``concurrent`` resumes through a contest of its own).
@@ -35,7 +35,7 @@ DEPTH_MODES = frozenset({"inprocess", "stream", "sigkill"})
 
 
 @dataclass(frozen=True, order=True, slots=True)
-class Then:
+class SecondCrash:
     """The second crash of a schedule: at *point*, its *hit*-th arrival during the first resume."""
 
     point: str
@@ -45,7 +45,7 @@ class Then:
         return f"{self.point}@{self.hit}"
 
     @classmethod
-    def parse(cls, text: str, option: str = "--crash-then") -> Then:
+    def parse(cls, text: str, option: str = "--crash-then") -> SecondCrash:
         import pytest
 
         point, sep, hit = text.strip().rpartition("@")
@@ -58,18 +58,18 @@ class Then:
 
 
 #: One execution of a test body: its first crash's hit, completion order, and second crash (None: depth 1).
-Plan = tuple[int, int, Then | None]
+Plan = tuple[int, int, SecondCrash | None]
 
 
 @dataclass(frozen=True)
 class Depth:
     depth: int = 1
     budget: int | None = DEFAULT_BUDGET  # None: every candidate
-    then: Then | None = None  # --crash-then: this second crash only
+    then: SecondCrash | None = None  # --crash-then: this second crash only
 
     @classmethod
     def parse(cls, depth: object, budget: object, then: str | None) -> Depth:
-        from pytest_replaysafe.matrix import parse_number
+        from pytest_replaysafe.matrix.cells import parse_number
 
         parsed_depth = 1 if depth in (None, "") else parse_number(depth, "--crash-depth", 1, "1 or 2")
         if parsed_depth > 2:
@@ -81,10 +81,10 @@ class Depth:
             limit = None
         elif budget not in (None, ""):
             limit = parse_number(budget, "--crash-budget", 0, "a number of schedules per test (0 or more) or 'all'")
-        chosen = Then.parse(then) if then else None
+        chosen = SecondCrash.parse(then) if then else None
         return cls(2 if chosen else parsed_depth, limit, chosen)
 
-    def flag(self, then: Then | None) -> str:
+    def flag(self, then: SecondCrash | None) -> str:
         """What a repro line adds to run the schedule with second crash *then* again."""
         return f" --crash-depth=2 --crash-then={then}" if then is not None else ""
 
@@ -108,7 +108,7 @@ def candidates(first: list[tuple[int, int]], counts: Mapping[tuple[int, int], Ma
     for hit, order in first:
         for point, n in sorted(counts.get((hit, order), {}).items()):
             if get_crash_point(point).kind == "crash":
-                out += [(hit, order, Then(point, j)) for j in range(1, n + 1)]
+                out += [(hit, order, SecondCrash(point, j)) for j in range(1, n + 1)]
     return out
 
 
@@ -129,7 +129,7 @@ def smaller(plan: Plan, counts: Mapping[tuple[int, int], Mapping[str, int]]) -> 
     assert then is not None
     steps: list[Plan] = [(h, order, then) for h in range(1, hit)]
     steps += [(hit, 0, then)] if order else []
-    steps += [(hit, order, Then(then.point, j)) for j in range(1, then.hit)]
+    steps += [(hit, order, SecondCrash(then.point, j)) for j in range(1, then.hit)]
     reached = [p for p in steps if p[2] is not None and counts.get((p[0], p[1]), {}).get(p[2].point, 0) >= p[2].hit]
     return sorted(reached, key=size)
 

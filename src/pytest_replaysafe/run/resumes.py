@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
-from pytest_replaysafe.modes import RESUME_LOCK_TIMEOUT_S, Hit, InProcess, Mode, Runner, SigKill, Stream, arm_resume
-from pytest_replaysafe.procs import HarnessError, child_timeout, describe_status, fork_child, wait_child
+from pytest_replaysafe.run.modes import RESUME_LOCK_TIMEOUT_S, Hit, InProcess, Mode, Runner, SigKill, Stream, arm_resume
+from pytest_replaysafe.run.procs import HarnessError, child_timeout, describe_status, fork_child, wait_child
 
 #: Windows at which no tool call is in flight: a run that takes the thread over may finish it (elsewhere a takeover
 #: runs an in-flight call again, the in-flight gap of a lost lock, not what a contest judges).

@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_replaysafe.evidence import Entry, call_id_of, fingerprint
+from pytest_replaysafe.judge.evidence import Entry, call_id_of, fingerprint
 
 if TYPE_CHECKING:
     from tenxgraph.state.messages import Message

@@ -89,7 +89,7 @@ class ExecutionLog:
 
     def observe(self, event: ToolEvent) -> None:
         """The runtime's tool observer (``add_tool_observer``). Its ``recorded`` events are left out: records are
-        logged by the harness's own checkpointer wrapper (:mod:`pytest_replaysafe.spy`)."""
+        logged by the harness's own checkpointer wrapper (:mod:`pytest_replaysafe.run.spy`)."""
         if event.kind == "recorded":
             return
         info = event.call

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_replaysafe import grid
-from pytest_replaysafe.gaps import GAPS_DOC
-from pytest_replaysafe.outcome import LEGEND, Outcome
-from pytest_replaysafe.replay import smallest_first
+from pytest_replaysafe.judge.gaps import GAPS_DOC
+from pytest_replaysafe.judge.outcome import LEGEND, Outcome
+from pytest_replaysafe.report import grid
+from pytest_replaysafe.report.replay import smallest_first
 
 SCHEMA = "replaysafe.crash-matrix/1"
 
@@ -40,7 +40,7 @@ def to_json(
     exposure: dict[str, Any] | None = None,
     schedules: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    from pytest_replaysafe.coverage import summarize
+    from pytest_replaysafe.judge.coverage import summarize
 
     data = {"schema": SCHEMA, "seed": seed, "cells": list(cells), "summary": summary(cells)}
     data["failed_at_known_gap"] = failed_at_gap(cells)
@@ -72,7 +72,7 @@ def totals_line(cells: Sequence[dict[str, Any]]) -> str:
 
 
 def text_grid(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> list[str]:
-    """The grid (see :mod:`pytest_replaysafe.grid`), the known gaps it shows with their reasons, and the totals."""
+    """The grid (see :mod:`.grid`), the known gaps it shows with their reasons, and the totals."""
     lines = grid.text_grid(cells, width) + gap_notes(cells, width) + doubt_notes(cells, width)
     lines += textwrap.wrap(f"cells: {len(cells)} ({totals_line(cells)})", width, subsequent_indent="  ")
     return lines
@@ -221,7 +221,7 @@ def markdown(cells: Sequence[dict[str, Any]], seed: int) -> str:
     notes = gap_notes(cells, width=10_000)
     if notes:
         out += ["Known gaps shown:", "", *(f"- {line}" for line in notes), ""]
-    from pytest_replaysafe.coverage import lines, summarize
+    from pytest_replaysafe.judge.coverage import lines, summarize
 
     head, *rows = lines(summarize(cells), width=10_000)
     out += [head[0].upper() + head[1:], "", *(f"- {row.strip()}" for row in rows), ""]

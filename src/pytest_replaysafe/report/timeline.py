@@ -1,13 +1,14 @@
 """A cell's story in order, for the HTML report: each tool execution and ledger record before the crash, the
 crash, and what the resume ran again or answered from the ledger (the report adds the verdict and the gap rule).
-Built from the execution log (:mod:`pytest_replaysafe.evidence`), so it shows what happened, not what the runtime
+Built from the execution log (:mod:`pytest_replaysafe.judge.evidence`), so it shows what happened, not what the runtime
 says happened."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from pytest_replaysafe.evidence import Entry
+from pytest_replaysafe.judge.evidence import Entry
 
 Event = dict[str, str]
 
@@ -59,25 +60,34 @@ def _line(entry: Entry, label: str, again: bool) -> str:
     return text
 
 
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """What was done to a hit's run: the crash (or fault) at *point*'s *hit*-th arrival in *mode* (*crashed*:
+    whether it fired), what a fault did before the resume (*before_resume*), the second crash of a depth-2
+    schedule (*second*: how many log entries were written before it, and what it was), and (a fault the run
+    outlived) where its resume began, when not at the fault (*resume_from*)."""
+
+    point: str
+    hit: int
+    mode: str
+    crashed: bool
+    before_resume: str | None = None
+    second: tuple[int, str] | None = None
+    resume_from: int | None = None
+
+
 def build(
     entries: Sequence[Entry],
     crashed_at: int,
     labels: Mapping[str, str],
-    *,
-    point: str,
-    hit: int,
-    mode: str,
-    crashed: bool,
+    schedule: Schedule,
     resume_error: str | None = None,
-    before_resume: str | None = None,
-    second: tuple[int, str] | None = None,
-    resume_from: int | None = None,
 ) -> list[Event]:
     """*entries*: the hit thread's log after the resume; *crashed_at*: how many of them were written before the
-    crash; *labels*: call id -> ``tool(args)``; *second* (depth 2): how many were written before the crash of the
-    first resume, and what that crash was; *resume_from* (a fault the run outlived): where its resume began, when
-    not at the fault."""
-    resume_from = crashed_at if resume_from is None else resume_from
+    crash; *labels*: call id -> ``tool(args)``; *schedule*: what was done to the run."""
+    point, hit, mode, crashed = schedule.point, schedule.hit, schedule.mode, schedule.crashed
+    before_resume, second = schedule.before_resume, schedule.second
+    resume_from = crashed_at if schedule.resume_from is None else schedule.resume_from
     calls = _calls_of(entries)
     tools = {e.call or calls.get(e.id, e.id): e.tool for e in entries if e.tool}
     events: list[Event] = []

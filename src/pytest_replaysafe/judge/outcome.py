@@ -91,7 +91,7 @@ class CellResult:
     then: str | None = None
     #: What happened, in order: each tool execution and ledger record, the crash, the resume, the verdict.
     timeline: list[dict[str, str]] = field(default_factory=list)
-    #: What the cell exercised (see :mod:`pytest_replaysafe.coverage`): record groups, results replayed, resume
+    #: What the cell exercised (see :mod:`pytest_replaysafe.judge.coverage`): record groups, results replayed, resume
     #: path, lock window.
     coverage: dict[str, Any] = field(default_factory=dict)
     #: ``in_doubt_handled``: the calls settled without a re-run whose effect never happened (nothing was done).

@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from pytest_replaysafe import services
+from pytest_replaysafe.matrix import services
+
+#: Depth-2 schedules per test item unless ``--crash-budget`` says otherwise (see :mod:`.schedules`).
+DEFAULT_BUDGET = 8
 
 if TYPE_CHECKING:
     from tenxgraph.storage.checkpointer.base import BaseCheckpointer
@@ -47,7 +50,7 @@ LOCK_WINDOWS = (
     "run.after_advance",
     "release",
 )
-#: Faults with cells of their own (``--crash-faults``; see :mod:`pytest_replaysafe.faults`): each is the mode of
+#: Faults with cells of their own (``--crash-faults``; see :mod:`pytest_replaysafe.run.faults`): each is the mode of
 #: its cells too.
 FAULT_CELL_MODES = ("drop", "outage", "redis-down", "readonly")
 #: Cells whose checkpointer connects through the harness's proxies (see :func:`_shared_pg`).
@@ -84,7 +87,7 @@ class Backend:
     stale_cache: Callable[[BaseCheckpointer, str, Path], str | None] | None = None
     #: For matrix cells only, when they can share more than a test may (default: ``factory``).
     cell_factory: Callable[[pytest.FixtureRequest], BaseCheckpointer] | None = None
-    #: Faults with cells of their own this backend can suffer (see :mod:`pytest_replaysafe.faults`).
+    #: Faults with cells of their own this backend can suffer (see :mod:`pytest_replaysafe.run.faults`).
     faults: frozenset[str] = frozenset()
 
 
@@ -109,7 +112,7 @@ def _memory(request: pytest.FixtureRequest) -> BaseCheckpointer:
     return InMemoryCheckpointer()
 
 
-#: The SQLite connections of ``readonly`` cells, for that fault to turn read-only (see pytest_replaysafe.faults).
+#: The SQLite connections of ``readonly`` cells, for that fault to turn read-only (see pytest_replaysafe.run.faults).
 SQLITE_CONNECTIONS: list[sqlite3.Connection] = []
 
 

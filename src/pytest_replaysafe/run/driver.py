@@ -1,5 +1,7 @@
-"""CrashRun, the ``crash_run`` fixture: runs a test's agent clean, then crashed and resumed at a hit of the cell's
-point, and judges every hit.
+"""The cell driver: what the plugin runs behind ``crash_run``. It runs a test's agent clean, then crashed and
+resumed at a hit of the cell's point, and judges every hit; the plugin calls it between executions of the test
+body (``planned_executions``, ``begin_execution``, ``body_failed``, ``conclude``), and one hit's schedule is played
+by :mod:`.hitrun`, which calls it back for what a schedule needs.
 
 The test body runs once per hit (the plugin calls it again for each): in each execution ``crash_run.invoke``
 crashes at that hit, resumes, and returns the resumed result, and ``crash_run.thread_id`` is that hit's thread,
@@ -12,33 +14,33 @@ schedule; what it uses is in modules of its own: modes, faults, hitrun (one hit'
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_replaysafe import coverage, timeline
-from pytest_replaysafe.effects import Effects
-from pytest_replaysafe.evidence import Entry, ExecutionLog
-from pytest_replaysafe.exposure import windows
-from pytest_replaysafe.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
-from pytest_replaysafe.gaps import GAPS_DOC, GapRule, gap_reasons, point_gap, shown_rules
-from pytest_replaysafe.hitrun import play
-from pytest_replaysafe.matrix import Backend, Cell, reach_hint
-from pytest_replaysafe.modes import Hit, Inputs
-from pytest_replaysafe.orders import Groups, Orders
-from pytest_replaysafe.outcome import FAILING, CellResult, Outcome
-from pytest_replaysafe.provenance import given_keys, shared_keys
-from pytest_replaysafe.resumes import MODES, window_arrival
-from pytest_replaysafe.schedules import DEPTH_MODES, Depth, Plan, Planner, Then
-from pytest_replaysafe.spy import RecordingCheckpointer
-from pytest_replaysafe.verdict import Reference, call_labels, judge, reference, result_problems
+from pytest_replaysafe.judge import coverage
+from pytest_replaysafe.judge.evidence import Entry, ExecutionLog
+from pytest_replaysafe.judge.exposure import windows
+from pytest_replaysafe.judge.gaps import GAPS_DOC, GapRule, gap_reasons, point_gap, shown_rules
+from pytest_replaysafe.judge.outcome import FAILING, CellResult, Outcome
+from pytest_replaysafe.judge.provenance import given_keys, shared_keys
+from pytest_replaysafe.judge.verdict import Reference, call_labels, judge, reference, result_problems
+from pytest_replaysafe.matrix.cells import Backend, Cell, reach_hint
+from pytest_replaysafe.matrix.orders import Groups, Orders
+from pytest_replaysafe.matrix.schedules import DEPTH_MODES, Depth, Plan, Planner, SecondCrash
+from pytest_replaysafe.report import timeline
+from pytest_replaysafe.run.effects import Effects
+from pytest_replaysafe.run.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
+from pytest_replaysafe.run.hitrun import play
+from pytest_replaysafe.run.modes import Hit, Inputs
+from pytest_replaysafe.run.resumes import MODES, window_arrival
+from pytest_replaysafe.run.spy import RecordingCheckpointer
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
 from tenxgraph.core.tools.context import ToolCallInfo
@@ -56,8 +58,9 @@ class ReplaySafetyViolation(AssertionError):
 
 
 @dataclass
-class _Drive:
-    """What the first execution of the test body learned about one ``crash_run.invoke`` call."""
+class LearnedDrive:
+    """What the first execution of the test body learned about one ``crash_run.invoke`` call: how often its clean
+    run reached the cell's point, the reference to judge by, the clean result, and every point's count."""
 
     reached: int
     ref: Reference
@@ -65,36 +68,39 @@ class _Drive:
     counts: dict[str, int]  # how often the clean run reached each point
 
 
-class CrashRun:
-    """Owns the checkpointer (wrapped to log ledger writes), thread ids, crashes, resumes and verdicts."""
+@dataclass(frozen=True)
+class CellPlan:
+    """What the plugin decided for one test item: its cell (None: a plain run, checked without crashes), the
+    backend, the seed, the gap rules, the repro line, the marker's ``tools=``, and the hits, completion orders,
+    depth, storage faults and replayed schedules the options ask for."""
 
-    def __init__(
-        self,
-        *,
-        nodeid: str,
-        cell: Cell | None,
-        backend: Backend | None,
-        checkpointer: BaseCheckpointer,
-        workdir: Path,
-        seed: int,
-        rules: tuple[GapRule, ...],
-        repro: str,
-        tools: list[str] | None = None,
-        hits: set[int] | None = None,
-        effects: Effects | None = None,
-        orders: Orders | None = None,
-        replay: list[Plan] | None = None,
-        depth: Depth | None = None,
-        faults: frozenset[str] = DEFAULT_FAULTS,
-    ) -> None:
-        self.nodeid = nodeid
-        self.cell = cell
-        self.backend = backend
+    nodeid: str
+    cell: Cell | None = None
+    backend: Backend | None = None
+    seed: int = 0
+    rules: tuple[GapRule, ...] = ()
+    repro: str = ""
+    tools: list[str] | None = None
+    hits: set[int] | None = None
+    orders: Orders | None = None
+    depth: Depth | None = None
+    faults: frozenset[str] = DEFAULT_FAULTS
+    replay: list[Plan] | None = None
+
+
+class CellDriver:
+    """Owns the checkpointer (wrapped to log ledger writes), thread ids, crashes, resumes and verdicts of a cell."""
+
+    def __init__(self, plan: CellPlan, checkpointer: BaseCheckpointer, workdir: Path, effects: Effects | None) -> None:
+        self.plan = plan
+        self.nodeid = plan.nodeid
+        self.cell = plan.cell
+        self.backend = plan.backend
         self.workdir = workdir
-        self.seed = seed
-        self.rules = rules
-        self.repro_base = repro
-        self.tools = tools
+        self.seed = plan.seed
+        self.rules = plan.rules
+        self.repro_base = plan.repro
+        self.tools = plan.tools
         self.effects = effects
         self.log = ExecutionLog(workdir / "executions.jsonl")
         self.checkpointer = RecordingCheckpointer(checkpointer, self.log)
@@ -106,56 +112,35 @@ class CrashRun:
         #: Set when a gap-table point did not duplicate: the test is reported as failed (strict).
         self.missing_gap: str | None = None
         self.driven = False
-        self.drives: list[_Drive] = []
-        self.hit: int = min(hits) if hits else 1
-        self.orders = orders or Orders()
+        self.drives: list[LearnedDrive] = []
+        self.hit: int = min(plan.hits) if plan.hits else 1
+        self.orders = plan.orders or Orders()
         self.order = self.orders.variants(0)[0]  # this execution's completion order (see :mod:`.orders`)
-        self.depth = depth or Depth()
-        self.planner = Planner(seed, nodeid, hits, self.orders, self.depth)
-        self.faults = faults
-        self.then: Then | None = None  # this execution's second crash, during the resume (depth 2)
-        self.replay = replay  # --crash-replay: exactly these (hit, order, second crash) schedules
-        if replay:
-            self.hit, self.order, self.then = replay[0]
+        self.depth = plan.depth or Depth()
+        self.planner = Planner(plan.seed, plan.nodeid, plan.hits, self.orders, self.depth)
+        self.faults = plan.faults
+        self.then: SecondCrash | None = None  # this execution's second crash, during the resume (depth 2)
+        self.replay = plan.replay  # --crash-replay: exactly these (hit, order, second crash) schedules
+        if plan.replay:
+            self.hit, self.order, self.then = plan.replay[0]
         self._drive_index = 0
         self._excused = False
         self._execution_start = 0
         self._batches = 0
         self._order_label = ""
-        self._rng = random.Random(f"{seed}:{nodeid}")
+        self._rng = random.Random(f"{plan.seed}:{plan.nodeid}")
         self.thread_id = self._new_thread("main")
 
     def _new_thread(self, label: str) -> str:
         return f"rs-{self._rng.getrandbits(48):012x}-{label}"
 
-    # -- public API -------------------------------------------------------------------------------------
-    def invoke(
-        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
+    # -- the test author's calls (through CrashRun) ---------------------------------------------------------------
+    def drive(
+        self, app: CompiledGraph[Any], input: Inputs, config: Mapping[str, Any] | None, stream: bool
     ) -> RunResult[Any]:
-        """Run *app* on *input* (clean; or, in a matrix cell, crashed and resumed at this execution's hit), check
-        it, and return the (resumed) result."""
-        return self._drive(app, input, dict(config or {}), stream=False)
-
-    async def ainvoke(
-        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
-    ) -> RunResult[Any]:
-        """:meth:`invoke` for async tests (the crash and resume run off the test's event loop)."""
-        return await asyncio.to_thread(self._drive, app, input, dict(config or {}), False)
-
-    def stream(
-        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
-    ) -> RunResult[Any]:
-        """Like :meth:`invoke`, driving every run through ``stream`` (the same ledger path as ``invoke``)."""
-        return self._drive(app, input, dict(config or {}), stream=True)
-
-    def conversation(
-        self, app: CompiledGraph[Any], turns: Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None = None
-    ) -> RunResult[Any]:
-        """Several user turns on one thread; hits count across all turns. Resuming re-sends every turn: inputs
-        already stored are skipped and an interrupted run is finished first, so each turn runs exactly once."""
-        if not turns:
-            raise pytest.UsageError("crash_run.conversation needs at least one turn")
-        return self._drive(app, list(turns), dict(config or {}), stream=False)
+        """One ``crash_run.invoke`` (or ``stream``, ``conversation``): clean, or crashed and resumed at this
+        execution's hit, checked; the (resumed) result."""
+        return self._drive(app, input, dict(config or {}), stream)
 
     def executions(self, thread_id: str | None = None) -> dict[str, int]:
         """Real executions of tool bodies per ledger key on a thread (default: this execution's hit thread)."""
@@ -183,9 +168,9 @@ class CrashRun:
         yield from self.planner.plans(reached, (self.hit, self.order), second, self._failing_schedules)
 
     def _failing_schedules(self) -> list[Plan]:
-        return [(r.hit, r.order, Then.parse(r.then)) for r in self.results if r.then and r.outcome in FAILING]
+        return [(r.hit, r.order, SecondCrash.parse(r.then)) for r in self.results if r.then and r.outcome in FAILING]
 
-    def begin_execution(self, hit: int, order: int = 0, then: Then | None = None) -> None:
+    def begin_execution(self, hit: int, order: int = 0, then: SecondCrash | None = None) -> None:
         self.hit, self.order, self.then = hit, order, then
         self._drive_index = 0
         self._execution_start = len(self.results)
@@ -238,7 +223,7 @@ class CrashRun:
         if expected is not None and not handled and not any(g.gap and expected.name in g.gap.split(",") for g in gaps):
             self.missing_gap = (
                 f"[XPASS(strict)] known gap {expected.name} was expected at {self.cell.point} but no call was "
-                f"executed twice: if the gap is closed, update the gap table (pytest_replaysafe.gaps)"
+                f"executed twice: if the gap is closed, update the gap table (pytest_replaysafe.judge.gaps)"
             )
 
     # -- running ----------------------------------------------------------------------------------------
@@ -314,7 +299,7 @@ class CrashRun:
     def _effects_on(self, thread: str) -> list[dict[str, Any]] | None:
         return self.effects.applied(thread_id=thread) if self.effects is not None else None
 
-    def _learn(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> _Drive:
+    def _learn(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> LearnedDrive:
         assert self.cell is not None
         thread = self._new_thread("clean")
         try:
@@ -327,7 +312,7 @@ class CrashRun:
         entries = self.entries(thread)
         for tool, pairs in windows(entries).items():  # the clean run's exposure windows, per tool
             self.exposure.setdefault(tool, []).extend(pairs)
-        drive = _Drive(
+        drive = LearnedDrive(
             counts.get(self.cell.point, 0),
             reference(clean.messages, clean.final_text, entries, self._effects_on(thread)),
             clean,
@@ -359,12 +344,12 @@ class CrashRun:
         started = time.perf_counter()
         thread = self._new_thread(f"hit{hit}")
         self.thread_id = thread
-        ctx = Hit(app, input, config, stream, cell.point, hit, thread)
+        target = Hit(app, input, config, stream, cell.point, hit, thread)
         if cell.window is not None:  # a budgeted contest: the lock holder pauses at this lock window
-            ctx.window, ctx.contested_window = window_arrival(cell.window, hit - 1, drive.counts), cell.window
+            target.window, target.contested_window = window_arrival(cell.window, hit - 1, drive.counts), cell.window
         tools = frozenset(self.tools) if self.tools is not None else None
         count = self.then is None and self.depth.depth > 1
-        played = play(self, mode, ctx, self.then, cell.mode in FAULT_MODE_OBJECTS, count, tools)
+        played = play(self, mode, target, self.then, cell.mode in FAULT_MODE_OBJECTS, count, tools)
         if played.skipped:  # the resume never reached the second crash: nothing new to judge
             return self.stored_result(app, thread)
         evidence = played.evidence
@@ -375,12 +360,12 @@ class CrashRun:
         r = self.results[-1]
         r.gap_reasons = gap_reasons(self.rules, cell.point, gap or "", cell.mode, cell.backend)
         labels = call_labels(evidence.final_messages or [])
-        r.timeline = timeline.build(
-            evidence.entries, played.fault_at, labels, point=cell.point, hit=hit, mode=cell.mode,
-            crashed=played.crash.crashed, resume_error=evidence.resume_error, before_resume=played.fault,
-            second=played.second, resume_from=played.before,
-        )  # fmt: skip
-        r.coverage = coverage.of_cell(evidence, mode.name, ctx)
+        schedule = timeline.Schedule(
+            cell.point, hit, cell.mode, played.crash.crashed, played.fault, played.second, played.before
+        )
+        r.timeline = timeline.build(evidence.entries, played.fault_at, labels, schedule, evidence.resume_error)
+        window = (target.contested_window or target.window[0]) if target.contested else None
+        r.coverage = coverage.of_cell(evidence, mode.name, window)
         if evidence.effects is not None:
             r.effects_applied = dict(Counter(e["kind"] for e in evidence.effects))
         r.not_applied = evidence.not_applied

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from pytest_replaysafe.conformance_lock import RunLockConformance
-from pytest_replaysafe.conformance_lock import new_thread_id as _tid
+from pytest_replaysafe.conformance.lock import RunLockConformance
+from pytest_replaysafe.conformance.lock import new_thread_id as _tid
 from tenxgraph.state.messages import Message, ToolCallBlock
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.errors import SerializationError, StaleStateError

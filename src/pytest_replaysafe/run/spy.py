@@ -8,9 +8,9 @@ import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from pytest_replaysafe.evidence import Entry, ExecutionLog, fingerprint
-from pytest_replaysafe.gaps import RECORD_FAILED
-from pytest_replaysafe.matrix import first_state_path
+from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, fingerprint
+from pytest_replaysafe.judge.gaps import RECORD_FAILED
+from pytest_replaysafe.matrix.cells import first_state_path
 from tenxgraph.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer

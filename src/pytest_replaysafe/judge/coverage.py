@@ -15,8 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_replaysafe.modes import Hit
-    from pytest_replaysafe.verdict import HitEvidence
+    from pytest_replaysafe.judge.verdict import HitEvidence
 
 #: What a tool result can be, as the coverage counts it.
 RESULT_KINDS = ("value", "error", "timeout", "in_doubt")
@@ -26,9 +25,9 @@ RESUME_PATHS = ("app call", "stream", "contest", "recovery", "prune then resume"
 _PATH_OF_MODE = {"stream": "stream", "concurrent": "contest", "recovery": "recovery", "prune": "prune then resume"}
 
 
-def of_cell(evidence: HitEvidence, mode: str, hit: Hit) -> dict[str, Any]:
-    """What one cell exercised."""
-    from pytest_replaysafe.evidence import call_id_of
+def of_cell(evidence: HitEvidence, mode: str, window: str | None) -> dict[str, Any]:
+    """What one cell exercised (*window*: the lock window a contest paused the holder at, if one did)."""
+    from pytest_replaysafe.judge.evidence import call_id_of
 
     groups = sorted({e.group or 1 for e in evidence.entries if e.event == "record"})
     doubted = {e.hid for e in evidence.entries if e.event == "in_doubt"}
@@ -50,7 +49,6 @@ def of_cell(evidence: HitEvidence, mode: str, hit: Hit) -> dict[str, Any]:
             answered.add(kind)
             if m.metadata.get("replayed"):
                 replayed.add(kind)
-    window = (hit.contested_window or hit.window[0]) if hit.contested else None
     return {
         "crashed": evidence.crashed and not evidence.error,
         "groups": groups,
@@ -68,7 +66,7 @@ def _split(reached: Iterable[str], every: Sequence[str]) -> dict[str, list[str]]
 
 def summarize(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The coverage of a whole matrix (the JSON report's ``coverage``)."""
-    from pytest_replaysafe.matrix import LOCK_WINDOWS
+    from pytest_replaysafe.matrix.cells import LOCK_WINDOWS
     from tenxgraph.core.crashpoints import list_crash_points
 
     ran = [c for c in cells if c.get("coverage")]

@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pytest_replaysafe.evidence import Entry
+from pytest_replaysafe.judge.evidence import Entry
 
 EXPOSURE_PROPERTY = "replaysafe_exposure"
 UNITS = {"s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0, "hour": 3600.0, "day": 86400.0, "week": 7 * 86400.0}

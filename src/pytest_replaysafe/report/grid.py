@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_replaysafe.outcome import LEGEND, SEVERITY, Outcome
+from pytest_replaysafe.judge.outcome import LEGEND, SEVERITY, Outcome
 
 WIDTH = 100
 #: Sub-column headings: short, so four modes of four backends need no more than two panels.

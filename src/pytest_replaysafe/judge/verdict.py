@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_replaysafe.evidence import Entry, call_id_of, preview
-from pytest_replaysafe.gaps import RECORD_FAILED, GapRule, find_gap
-from pytest_replaysafe.outcome import Outcome
-from pytest_replaysafe.provenance import answer_to, provenance, shared_keys
+from pytest_replaysafe.judge.evidence import Entry, call_id_of, preview
+from pytest_replaysafe.judge.gaps import RECORD_FAILED, GapRule, find_gap
+from pytest_replaysafe.judge.outcome import Outcome
+from pytest_replaysafe.judge.provenance import answer_to, provenance, shared_keys
 
 if TYPE_CHECKING:
     from tenxgraph.state.messages import Message

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_replaysafe.modes import Hit, Runner
+    from pytest_replaysafe.run.modes import Hit, Runner
 
 #: The run lease of the matrix's PostgreSQL checkpointers: short, so that a cell outlasts a lease nobody renews.
 MATRIX_LEASE_S = 0.6
@@ -30,7 +30,7 @@ IN_FLIGHT_POINTS = frozenset({"tool.in_flight", "tool.after_return"})
 
 def second_worker(run: Runner, hit: Hit) -> str:
     """Resume *hit*'s thread as another worker would: ``refused``, ``finished`` or ``failed: <why>``."""
-    from pytest_replaysafe.spy import RecordingCheckpointer
+    from pytest_replaysafe.run.spy import RecordingCheckpointer
     from tenxgraph.storage.checkpointer.pg import PgCheckpointer
     from tenxgraph.utils.errors import ThreadBusyError
 

@@ -7,7 +7,7 @@
   is reaped, waiting (``lock_timeout``) for the database to free the dead child's run lock.
 
 The modes whose resume is more than one run of the app (``concurrent``, ``recovery``, ``prune``) are in
-:mod:`pytest_replaysafe.resumes`, which holds the table of every mode (``MODES``).
+:mod:`pytest_replaysafe.run.resumes`, which holds the table of every mode (``MODES``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_replaysafe.evidence import call_id_of
-from pytest_replaysafe.procs import CHILD_DONE, HarnessError, child_timeout, describe_status, fork_child, wait_child
+from pytest_replaysafe.judge.evidence import call_id_of
+from pytest_replaysafe.run.procs import CHILD_DONE, HarnessError, child_timeout, describe_status, fork_child, wait_child
 
 if TYPE_CHECKING:
-    from pytest_replaysafe.spy import RecordingCheckpointer
+    from pytest_replaysafe.run.spy import RecordingCheckpointer
     from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
 
 Inputs = Mapping[str, Any] | list[Mapping[str, Any]]
@@ -32,7 +32,7 @@ Inputs = Mapping[str, Any] | list[Mapping[str, Any]]
 
 
 class Runner(Protocol):
-    """What a mode needs from the harness (:class:`pytest_replaysafe.harness.CrashRun` is one)."""
+    """What a mode needs from the harness (:class:`~.driver.CellDriver` is one)."""
 
     workdir: Path
     checkpointer: RecordingCheckpointer

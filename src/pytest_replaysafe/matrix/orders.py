@@ -37,7 +37,7 @@ class Orders:
 
     @classmethod
     def parse(cls, count: str | None, only: str | None) -> Orders:
-        from pytest_replaysafe.matrix import parse_number
+        from pytest_replaysafe.matrix.cells import parse_number
 
         parsed: int | None = DEFAULT_ORDERS
         if count is not None and count.strip().lower() == "all":

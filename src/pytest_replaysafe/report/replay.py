@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from pytest_replaysafe.outcome import Outcome
-from pytest_replaysafe.schedules import Plan, Then
+from pytest_replaysafe.judge.outcome import Outcome
+from pytest_replaysafe.matrix.schedules import Plan, SecondCrash
 
 
 @dataclass
@@ -38,10 +38,10 @@ class Replay:
                 "written by --crash-report"
             ) from None
         for c in failing:
-            then = Then.parse(c["then"], "--crash-replay") if c.get("then") else None
+            then = SecondCrash.parse(c["then"], "--crash-replay") if c.get("then") else None
             replay.cells.setdefault(c["test"], []).append((max(int(c["hit"]), 1), int(c.get("order", 0)), then))
         for plans in replay.cells.values():
-            plans.sort(key=lambda p: (p[2] is not None, p[0], p[1], p[2] or Then("", 0)))
+            plans.sort(key=lambda p: (p[2] is not None, p[0], p[1], p[2] or SecondCrash("", 0)))
         return replay
 
     def select(self, config: pytest.Config, items: list[pytest.Item]) -> None:

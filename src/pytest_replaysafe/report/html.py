@@ -1,5 +1,5 @@
 """``--crash-html``: the matrix as one self-contained HTML page (no network): the grid, filters by outcome,
-backend, mode, tool and test, and per cell a timeline of what happened (:mod:`pytest_replaysafe.timeline`), its
+backend, mode, tool and test, and per cell a timeline of what happened (:mod:`pytest_replaysafe.report.timeline`), its
 verdict and the gap rule that applied. The page is ``report.html`` with the cells embedded as JSON."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pytest_replaysafe import grid, report
+from pytest_replaysafe.report import grid
+from pytest_replaysafe.report import outputs as report
 
 PLACEHOLDER = "__DATA__"
 
@@ -29,7 +30,7 @@ def page_data(cells: Sequence[dict[str, Any]], seed: int, exposure: dict[str, An
 
 
 def render(cells: Sequence[dict[str, Any]], seed: int, exposure: dict[str, Any] | None = None) -> str:
-    template = resources.files("pytest_replaysafe").joinpath("report.html").read_text(encoding="utf-8")
+    template = resources.files("pytest_replaysafe.report").joinpath("report.html").read_text(encoding="utf-8")
     # Inside <script>, "</" could end the element early: JSON allows writing it as "<\/".
     payload = json.dumps(page_data(cells, seed, exposure), separators=(",", ":")).replace("</", "<\\/")
     return template.replace(PLACEHOLDER, payload)

@@ -2,7 +2,7 @@
 ``cache``; ``all``; ``none``).
 
 - ``cache``: on a backend with a cache (``postgres+redis``), the cache is left stale, future or flushed before
-  every resume (the backend's ``stale_cache``; see ``pytest_replaysafe.matrix``). No cells of its own.
+  every resume (the backend's ``stale_cache``; see ``pytest_replaysafe.matrix.cells``). No cells of its own.
 - ``drop``: cells of their own, in the ``drop`` mode, on PostgreSQL backends. At the cell's point and hit, every
   PostgreSQL connection of the run's process is terminated for real (``pg_terminate_backend`` from a connection
   of the harness's own; the connections are found by their client ports in ``/proc``), as a failover, a
@@ -32,7 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pytest_replaysafe.modes import Crash, Hit, InProcess, Runner, arm_crash
+from pytest_replaysafe.run.modes import Crash, Hit, InProcess, Runner, arm_crash
 
 if TYPE_CHECKING:
     from tenxgraph.storage.checkpointer.base import BaseCheckpointer
@@ -269,7 +269,7 @@ class FaultMode(InProcess):
                 failed.append(f"{type(exc).__name__}: {exc}")
                 raise
             if self.second_worker:  # while the run is held here: a client's retry, another server's recovery
-                from pytest_replaysafe.intruder import intrude  # (asyncio: only when a fault cell runs)
+                from pytest_replaysafe.run.intruder import intrude  # (asyncio: only when a fault cell runs)
 
                 seen = intrude(run, hit, name)
                 done[0] += f"; {seen}" if seen else ""
@@ -354,7 +354,7 @@ class ReadOnly(FaultMode):
     lasts_through_resume = False
 
     def inject(self, run: Runner) -> str:
-        from pytest_replaysafe.matrix import SQLITE_CONNECTIONS
+        from pytest_replaysafe.matrix.cells import SQLITE_CONNECTIONS
 
         if not SQLITE_CONNECTIONS:
             raise RuntimeError("the readonly fault needs the matrix's SQLite checkpointer (no connection was made)")
@@ -363,7 +363,7 @@ class ReadOnly(FaultMode):
         return "SQLite storage read-only (every write fails with SQLITE_READONLY) until the resume"
 
     def recover(self, run: Runner) -> None:
-        from pytest_replaysafe.matrix import SQLITE_CONNECTIONS
+        from pytest_replaysafe.matrix.cells import SQLITE_CONNECTIONS
 
         for conn in SQLITE_CONNECTIONS:
             with contextlib.suppress(sqlite3.ProgrammingError):  # closed with its checkpointer

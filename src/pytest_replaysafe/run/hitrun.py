@@ -1,6 +1,6 @@
 """One hit's schedule, played: the crash (or storage fault) at the cell's point, what the backend does to its
 cache before the resume, the second crash of a depth-2 schedule during the first resume, and the last resume;
-the evidence it leaves for :func:`pytest_replaysafe.verdict.judge`. The harness (:mod:`.harness`) plans the
+the evidence it leaves for :func:`pytest_replaysafe.judge.verdict.judge`. The harness (:mod:`.harness`) plans the
 schedules and records the verdicts."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_replaysafe import timeline
-from pytest_replaysafe.evidence import Entry, unfinished, unfinished_since
-from pytest_replaysafe.modes import Crash, Hit, Mode, Runner
-from pytest_replaysafe.procs import HarnessError
-from pytest_replaysafe.verdict import HitEvidence
+from pytest_replaysafe.judge.evidence import Entry, unfinished, unfinished_since
+from pytest_replaysafe.judge.verdict import HitEvidence
+from pytest_replaysafe.report import timeline
+from pytest_replaysafe.run.modes import Crash, Hit, Mode, Runner
+from pytest_replaysafe.run.procs import HarnessError
 
 if TYPE_CHECKING:
-    from pytest_replaysafe.schedules import Then
+    from pytest_replaysafe.matrix.schedules import SecondCrash
     from tenxgraph.core.graph.compiled import RunResult
 
 
@@ -31,7 +31,7 @@ class Player(Runner, Protocol):
 
 
 @dataclass
-class Played:
+class PlayedHit:
     crash: Crash
     evidence: HitEvidence
     before: int  # log entries written before the first resume
@@ -49,45 +49,51 @@ class Played:
 
 
 def play(
-    run: Player, mode: Mode, ctx: Hit, then: Then | None, faulted: bool, count: bool, tools: frozenset[str] | None
-) -> Played:
+    run: Player,
+    mode: Mode,
+    hit: Hit,
+    then: SecondCrash | None,
+    faulted: bool,
+    count: bool,
+    tools: frozenset[str] | None,
+) -> PlayedHit:
     """*faulted*: a storage fault, no crash (nothing was left unfinished, no crash gap applies); *count*: keep how
     often the last resume reached each point (the candidates of depth-2 schedules)."""
-    crash = mode.crash(run, ctx)
-    before = run.entries(ctx.thread) if crash.crashed else []
+    crash = mode.crash(run, hit)
+    before = run.entries(hit.thread) if crash.crashed else []
     window, left = (None, {}) if faulted else (crash.window, unfinished(before))
     evidence = HitEvidence(crash.crashed, window, before, left, error=crash.error, tools=tools)
-    played = Played(crash, evidence, len(before), crash.note, result=crash.result)
+    played = PlayedHit(crash, evidence, len(before), crash.note, result=crash.result)
     if crash.result is not None:  # the run outlived its fault: nothing to resume
         evidence.final_messages, evidence.final_text = crash.result.messages, crash.result.final_text
     elif crash.crashed and not crash.error:
-        spoiled = run.spoil_cache(ctx.thread)
+        spoiled = run.spoil_cache(hit.thread)
         played.fault = "; ".join(filter(None, [played.fault, spoiled])) or None
         if then is not None:  # depth 2: the first resume crashes too
-            again = Hit(ctx.app, ctx.resume_input, ctx.resume_config, ctx.stream, then.point, then.hit, ctx.thread)
+            again = Hit(hit.app, hit.resume_input, hit.resume_config, hit.stream, then.point, then.hit, hit.thread)
             crash2 = mode.crash(run, again)
             if not crash2.crashed and not crash2.error:
                 played.skipped = True
                 return played
-            mid = run.entries(ctx.thread)
+            mid = run.entries(hit.thread)
             evidence.error = evidence.error or crash2.error
             evidence.later.append((then.point, crash2.window, unfinished_since(mid, len(before))))
             played.second = (len(mid), timeline.crash_text(then.point, then.hit, mode.name) + " of the resume")
         if not evidence.error:
-            played.result = _resume(run, mode, ctx, evidence, run.keep_resume_counts if count else None)
-        evidence.contest, evidence.stopped = ctx.contest, ctx.stopped
-    evidence.entries = run.entries(ctx.thread)
+            played.result = _resume(run, mode, hit, evidence, run.keep_resume_counts if count else None)
+        evidence.contest, evidence.stopped = hit.contest, hit.stopped
+    evidence.entries = run.entries(hit.thread)
     return played
 
 
 def _resume(
-    run: Player, mode: Mode, ctx: Hit, evidence: HitEvidence, keep: Callable[[dict[str, int]], None] | None
+    run: Player, mode: Mode, hit: Hit, evidence: HitEvidence, keep: Callable[[dict[str, int]], None] | None
 ) -> RunResult[Any] | None:
     from tenxgraph.core import crashpoints
 
     try:
         with crashpoints.counting() as counts:
-            result: RunResult[Any] = mode.resume(run, ctx)
+            result: RunResult[Any] = mode.resume(run, hit)
     except HarnessError as exc:  # the harness failed (a hung child): no verdict on the runtime
         evidence.error = str(exc)
         return None
