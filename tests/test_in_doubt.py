@@ -346,3 +346,23 @@ def test_a_failed_ledger_read_never_runs_a_tool_with_an_in_doubt_policy(checkpoi
     with crashpoints.armed("ledger.read_error", action="fault"):  # a tool without a policy still runs
         app(checkpointer, [policy_tool(runs, None)]).invoke(MSG, {"thread_id": "v"})
     assert sum(runs.values()) == 2
+
+
+def test_an_effect_class_is_an_enum_that_reads_as_its_name() -> None:
+    from tenxgraph.core.tools.effects import Effect
+
+    def send(to: str) -> str:
+        return to
+
+    def charge(to: str, idempotency_key: str) -> str:
+        return to
+
+    made = [
+        tool(effect="read")(send).effect,
+        tool(effect="idempotent")(charge).effect,
+        tool(effect="external")(send).effect,
+    ]
+    assert made[0] is Effect.READ and made[2] is Effect.EXTERNAL and made == ["read", "idempotent", "external"]
+    assert tool(effect=Effect.EXTERNAL)(send).policy == "fail"  # the enum itself is accepted, with its meaning
+    assert [e.may_run_again for e in Effect] == [True, True, False, True]
+    assert tool()(send).effect is None

@@ -437,7 +437,9 @@ def test_the_ledger_is_called_without_our_run_loop(checkpointer: BaseCheckpointe
         first = await invoke_tool_calls(message, tools, checkpointer, "outside")
         again = await invoke_tool_calls(message, tools, checkpointer, "outside")
         other = await invoke_tool_calls(message, tools, checkpointer, "another thread")
-        return first, again, other, await checkpointer.alist_tool_results("outside")
+        stored = await checkpointer.alist_tool_results("outside")
+        await checkpointer.aclose()  # (in the loop that opened it; the fixture's close then has nothing left to do)
+        return first, again, other, stored
 
     first, again, other, stored = asyncio.run(scenario())
     key = f"{message.message_id}:call_1"

@@ -4,8 +4,7 @@ import pytest
 
 from examples.email_followup.agent import build_email_agent
 from examples.payments import LocalProvider
-from pytest_replaysafe.run.effects import Effects
-from pytest_replaysafe.run.harness import CrashRun
+from pytest_replaysafe import CrashRun, Effects
 from tenxgraph import Message
 
 TURNS = [

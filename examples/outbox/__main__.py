@@ -9,7 +9,7 @@ from examples.outbox.agent import LocalProvider, build_outbox_agent, relay
 from tenxgraph import Message
 
 if len(sys.argv) in (4, 5) and sys.argv[1] == "relay":
-    from pytest_replaysafe.run.effects import Effects
+    from pytest_replaysafe import Effects
 
     print(relay(sys.argv[2], Effects(sys.argv[3]), *sys.argv[4:]))
 else:

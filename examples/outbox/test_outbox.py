@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from examples.outbox.agent import build_outbox_agent, outbox_table, relay
-from pytest_replaysafe.run.effects import Effects
-from pytest_replaysafe.run.harness import CrashRun
+from pytest_replaysafe import CrashRun, Effects
 from tenxgraph import Message
 
 REQUEST = {"messages": [Message.text_message("email me about my refund")]}

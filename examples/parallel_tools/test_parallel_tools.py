@@ -3,8 +3,7 @@ from __future__ import annotations
 import pytest
 
 from examples.parallel_tools.agent import build_parallel_agent
-from pytest_replaysafe.run.effects import Effects
-from pytest_replaysafe.run.harness import CrashRun
+from pytest_replaysafe import CrashRun, Effects
 from tenxgraph import Message
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.utils.instrument import add_tool_observer

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from examples.support_refund.agent import build_support_agent
-from pytest_replaysafe.run.effects import Effects
-from pytest_replaysafe.run.harness import CrashRun
+from pytest_replaysafe import CrashRun, Effects
 from tenxgraph import Message
 
 REQUEST = {"messages": [Message.text_message("refund order 1042")]}

@@ -276,7 +276,7 @@ class FaultMode(InProcess):
 
         crashpoints.reset()
         try:
-            arm_crash(hit.point, hit.hit, window, inject)
+            arm_crash(hit.point, hit.arrival, window, inject)
             result = run.run_graph(hit.app, hit.input, hit.thread, hit.config, hit.stream, "crash")
         except Exception as exc:
             if failed:

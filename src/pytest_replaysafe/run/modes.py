@@ -63,7 +63,8 @@ class Hit:
     config: dict[str, Any]
     stream: bool
     point: str
-    hit: int
+    #: The crash fires at the point's arrival with this number (the cell's hit).
+    arrival: int
     thread: str
     contest: list[str] = field(default_factory=list)
     #: ``concurrent``: where the lock holder pauses while the others contest the thread (point, its arrival in
@@ -155,7 +156,7 @@ class InProcess:
 
         crashpoints.reset()
         try:
-            arm_crash(hit.point, hit.hit, window, crash)
+            arm_crash(hit.point, hit.arrival, window, crash)
             run.run_graph(hit.app, hit.input, hit.thread, hit.config, hit.stream, "crash")
             return Crash(False)
         except CrashInjected:
@@ -210,7 +211,7 @@ class SigKill(InProcess):
                 os.kill(os.getpid(), signal.SIGKILL)
 
             crashpoints.reset()
-            arm_crash(hit.point, hit.hit, window, kill)
+            arm_crash(hit.point, hit.arrival, window, kill)
             run.run_graph(hit.app, hit.input, hit.thread, hit.config, hit.stream, "crash")
             return CHILD_DONE
 

@@ -235,9 +235,8 @@ class _Run(Generic[S]):
         return list(fresh.values())
 
     async def _write(self, messages: list[Message]) -> None:
-        await self.graph.checkpointer.acheck_run_lock(self.cfg.thread_id)  # fencing, before every state write
-        self.version = await self.graph.checkpointer.aput_thread(
-            self.cfg.thread_id, self.state.values_dict(), expected_version=self.version, new_messages=messages
+        self.version = await self.session.write(  # fenced: never a write without the thread's lock
+            self.state.values_dict(), expected_version=self.version, new_messages=messages
         )
 
     async def start(self, messages: list[Message], values: dict[str, Any]) -> None:

@@ -288,6 +288,14 @@ class RunLockSession:
     checkpointer: BaseCheckpointer
     thread_id: str
 
+    async def write(self, values: dict[str, JSON], *, expected_version: int, new_messages: Sequence[Message]) -> int:
+        """The run's state write, fenced: :class:`RunLockLostError` (nothing written) once the lock is another
+        run's; else :meth:`BaseCheckpointer.aput_thread`'s compare-and-swap, and the new version."""
+        await self.checkpointer.acheck_run_lock(self.thread_id)
+        return await self.checkpointer.aput_thread(
+            self.thread_id, values, expected_version=expected_version, new_messages=new_messages
+        )
+
     def next_write_is_last(self) -> None:
         """The run's next state write is its last one: the lock may be released in the same round trip, after the
         write (if that write never happens, the lock is released as usual when the session ends)."""
