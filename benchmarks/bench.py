@@ -139,7 +139,7 @@ def make_pg(dsn: str, schema: str, counting: bool = False) -> BaseCheckpointer:
 
 def close_pg(cp: BaseCheckpointer) -> None:
     """Close a checkpointer and, for the counting variant, the pool it was given."""
-    pool = getattr(cp, "_user_pool", None)
+    pool = getattr(getattr(cp, "_pool", None), "_user_pool", None)  # (PgPool keeps the pool it was given)
     cp.close()
     if pool is not None:
         run_sync(pool.close())
@@ -299,7 +299,7 @@ def crash_matrix_throughput(
     from pytest_replaysafe.judge.gaps import KNOWN_GAPS
     from pytest_replaysafe.matrix.cells import Cell
     from pytest_replaysafe.run.effects import Effects
-    from pytest_replaysafe.run.harness import CrashRun
+    from pytest_replaysafe.run.harness import CellPlan, CrashRun
     from tenxgraph import Message
 
     out: dict[str, Any] = {}
@@ -312,24 +312,18 @@ def crash_matrix_throughput(
             for point in points:
                 d = Path(tempfile.mkdtemp(dir=workdir))
                 cp = shared if shared is not None else SqliteCheckpointer(d / "state.db")
-                run = CrashRun(
-                    nodeid=f"bench-{point}-{mode}-{cells}",  # its own threads, also on a shared checkpointer
-                    cell=Cell(point, backend, mode),
-                    checkpointer=cp,
-                    workdir=d,
-                    seed=1,
-                    rules=KNOWN_GAPS,
-                    backend=None,
-                    repro="",
+                plan = CellPlan(  # its own threads, also on a shared checkpointer
+                    f"bench-{point}-{mode}-{cells}", Cell(point, backend, mode), seed=1, rules=KNOWN_GAPS
                 )
+                run = CrashRun(plan, cp, d)
                 payments = Effects(d / "effects.db")
                 request = {"messages": [Message.text_message("refund order 1042")]}
                 run.invoke(build_support_agent(cp, payments), request)
-                for plan in run.planned_executions():  # the plugin runs the test body once per hit
-                    run.begin_execution(*plan)
+                for planned in run.driver.planned_executions():  # the plugin runs the test body once per hit
+                    run.driver.begin_execution(*planned)
                     run.invoke(build_support_agent(cp, payments), request)
-                cells += len(run.results)
-                durations += [r.duration_s * 1000 for r in run.results]
+                cells += len(run.driver.results)
+                durations += [r.duration_s * 1000 for r in run.driver.results]
                 if shared is None:
                     cp.close()
         elapsed = time.perf_counter() - started

@@ -168,3 +168,49 @@ def test_tool_output_updates_state() -> None:
     result = ReactAgent(model, tools=[pay], state_schema=S).compile().invoke({"messages": ["x"]}, {"thread_id": "t"})
     assert result.state.refunded == 12.5
     assert result.messages[2].tool_results[0].output == "paid 12.5"
+
+
+def test_what_watches_the_runtime_is_one_installed_instrument() -> None:
+    """The seam: one :class:`Instrument` sees the structured events and the tool events of a run, the first one
+    installed with a completion order decides the order, and removing it stops all of it."""
+    from tenxgraph.core.graph.utils.instrument import ToolEvent
+    from tenxgraph.utils.instrument import Instrument, completion_order, install
+
+    events: list[str] = []
+    tools: list[tuple[str, int]] = []
+    asked: list[list[int]] = []
+
+    def order(batch: list) -> list[int]:  # type: ignore[type-arg]
+        asked.append([info.index for info in batch])
+        return [1, 0]
+
+    def pay(amount: float) -> str:
+        return f"paid {amount}"
+
+    def run(thread: str) -> None:  # crashed after the first record, then resumed: a replay, and its events
+        from tenxgraph.core import crashpoints
+
+        model = ScriptedModel([Reply(tool_calls=[("pay", {"amount": 1.0}), ("pay", {"amount": 2.0})]), "ok"])
+        app = ReactAgent(model, tools=[pay]).compile()
+        with crashpoints.armed("tool.after_record", 1), pytest.raises(crashpoints.CrashInjected):
+            app.invoke({"messages": [Message.text_message("go")]}, {"thread_id": thread})
+        app.invoke(None, {"thread_id": thread})
+
+    def on_tool(event: ToolEvent) -> None:
+        tools.append((event.kind, event.call.index))
+
+    remove = install(Instrument(on_event=lambda name, fields: events.append(name), on_tool=on_tool))
+    remove_order = install(Instrument(completion_order=order))
+    second = install(Instrument(completion_order=lambda batch: [0, 1]))
+    try:
+        assert completion_order() is order  # the first installed with one decides
+        run("seen")
+    finally:
+        remove(), remove_order(), second()
+    assert asked == [[0, 1]]  # (the resume runs call 0 alone: no order to ask for)
+    recorded = [index for kind, index in tools if kind == "recorded"]
+    assert recorded == [1, 0]  # call 1 first, as the order said: the crash left it recorded, and call 0 ran again
+    assert {"run_resumed", "tool_replayed"} <= set(events), events  # the run's structured events reached it
+    before = (len(events), len(tools), len(asked))
+    run("unseen")
+    assert (len(events), len(tools), len(asked)) == before and completion_order() is None

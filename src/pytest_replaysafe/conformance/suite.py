@@ -10,7 +10,7 @@
             cp.close()
 
 Every test uses a fresh thread id, so a shared database is fine. The run lock's tests
-(:mod:`.conformance_lock`) ask a backend whose lock can be lost while its process lives for more: a
+(:mod:`.lock`) ask a backend whose lock can be lost while its process lives for more: a
 ``second_worker`` fixture (the same storage, opened as another worker would), a ``blip`` fixture and ``lease_s``.
 """
 

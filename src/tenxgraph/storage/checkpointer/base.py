@@ -338,22 +338,22 @@ async def hold_run_lock(
 
 
 RESUMABLE_STATUSES = ("running", "error")
-_local_locks: set[tuple[int, str]] = set()
 _local_locks_guard = threading.Lock()
 
 
 @asynccontextmanager
 async def _local_run_lock(owner: object, thread_id: str) -> AsyncIterator[None]:
-    key = (id(owner), thread_id)
+    """The default run lock: the threads this checkpointer object runs now, kept on the object itself."""
     with _local_locks_guard:
-        if key in _local_locks:
+        held: set[str] = owner.__dict__.setdefault("_locally_held_threads", set())
+        if thread_id in held:
             raise ThreadBusyError(thread_id)
-        _local_locks.add(key)
+        held.add(thread_id)
     try:
         yield
     finally:
         with _local_locks_guard:
-            _local_locks.discard(key)
+            held.discard(thread_id)
 
 
 def migration_plan(current: int, migrations: Mapping[int, list[str]], where: str) -> list[tuple[int, list[str]]]:
@@ -387,7 +387,9 @@ def check_prune_args(older_than: timedelta, batch_size: int) -> float:
     return older_than.total_seconds()
 
 
-def decode_record(text: str | bytes | dict[str, Any]) -> dict[str, JSON]:
+def parse_json_record(text: str | bytes | dict[str, Any]) -> dict[str, JSON]:
+    """A stored ledger record (JSON text, or a dict already) as a dict; the ledger's ``decode_record`` then makes
+    it the call's answer."""
     if isinstance(text, dict):
         return text
     value = json.loads(text)

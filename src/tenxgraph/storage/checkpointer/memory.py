@@ -16,8 +16,8 @@ from tenxgraph.storage.checkpointer.base import (
     ThreadSnapshot,
     check_prune_args,
     check_thread_id,
-    decode_record,
     encode_messages,
+    parse_json_record,
 )
 from tenxgraph.utils.errors import StaleStateError
 
@@ -99,7 +99,7 @@ class InMemoryCheckpointer(BaseCheckpointer):
         with self._lock:
             ledger = self._ledger.get(check_thread_id(thread_id), {})
             found = {k: ledger[k][1] for k in keys if k in ledger}
-        return {k: decode_record(v) for k, v in found.items()}
+        return {k: parse_json_record(v) for k, v in found.items()}
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
         return self._put(thread_id, key, dumps(record, f"ledger record {key!r}"), "completed")
@@ -119,7 +119,7 @@ class InMemoryCheckpointer(BaseCheckpointer):
     async def alist_tool_results(self, thread_id: str) -> dict[str, dict[str, JSON]]:
         with self._lock:
             items = {k: v[1] for k, v in self._ledger.get(check_thread_id(thread_id), {}).items()}
-        return {k: decode_record(v) for k, v in items.items()}
+        return {k: parse_json_record(v) for k, v in items.items()}
 
     async def aprune_tool_executions(
         self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000

@@ -34,10 +34,10 @@ from tenxgraph.storage.checkpointer.base import (
     ThreadSnapshot,
     check_prune_args,
     check_thread_id,
-    decode_record,
     encode_group,
     encode_messages,
     migration_plan,
+    parse_json_record,
     prune_in_batches,
 )
 from tenxgraph.storage.checkpointer.holders import LIVE_OWNERS
@@ -157,7 +157,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         if not rows:
             return None
         version, text = rows[0]
-        return ThreadSnapshot(thread_id, decode_record(str(text)), int(version))  # type: ignore[call-overload]
+        return ThreadSnapshot(thread_id, parse_json_record(str(text)), int(version))  # type: ignore[call-overload]
 
     async def aput_thread(
         self,
@@ -246,7 +246,7 @@ class SqliteCheckpointer(BaseCheckpointer):
                 (thread_id, key),
             ).fetchone()
             if row is not None:  # recorded already (by another run): the effect is not made again (nothing written)
-                return decode_record(str(row[0])), False
+                return parse_json_record(str(row[0])), False
             record = work(conn)
             conn.execute(PUT_RESULT, (thread_id, key, dumps(record, f"ledger record {key!r}"), time.time()))
         return record, True
@@ -263,7 +263,7 @@ class SqliteCheckpointer(BaseCheckpointer):
                 f"SELECT key, result FROM tool_executions WHERE thread_id = ? AND key IN ({marks})",
                 (thread_id, *chunk),
             )
-            found.update((str(k), decode_record(str(v))) for k, v in rows)
+            found.update((str(k), parse_json_record(str(v))) for k, v in rows)
         return found
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
@@ -299,7 +299,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             "SELECT key, result FROM tool_executions WHERE thread_id = ? ORDER BY created_at, key",
             (check_thread_id(thread_id),),
         )
-        return {str(k): decode_record(str(v)) for k, v in rows}
+        return {str(k): parse_json_record(str(v)) for k, v in rows}
 
     async def aprune_tool_executions(
         self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
