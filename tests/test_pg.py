@@ -563,6 +563,26 @@ def test_a_schema_newer_than_this_code_is_refused(pg_dsn: str, pg_schema: str) -
         second.close()
 
 
+def test_a_forked_child_that_closes_first_forgets_the_parents_run_locks(pg_checkpointer: PgCheckpointer) -> None:
+    """A child that closes its inherited checkpointer before using it (a worker's clean start) closes nothing of
+    the parent's, and its next run takes locks of its own: the parent's run locks, and their renewer thread, stay
+    the parent's."""
+    pg_checkpointer.put_thread("t", {"n": 1}, expected_version=0)
+    parents = pg_checkpointer._locks
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status, never return into pytest
+        code = 1
+        try:
+            pg_checkpointer.close()
+            snap = pg_checkpointer.get_thread("t")
+            code = 0 if pg_checkpointer._locks is not parents and snap is not None and snap.values == {"n": 1} else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert pg_checkpointer._locks is parents and pg_checkpointer.get_thread("t") is not None  # the parent's, intact
+
+
 def test_a_forked_child_neither_probes_nor_sets_up_the_schema_again(
     pg_checkpointer: PgCheckpointer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

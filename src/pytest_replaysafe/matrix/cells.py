@@ -20,7 +20,8 @@ import pytest
 
 from pytest_replaysafe.matrix import services
 
-#: Depth-2 schedules per test item unless ``--crash-budget`` says otherwise (see :mod:`.schedules`).
+#: Depth-2 schedules per test item unless ``--crash-budget`` says otherwise (see :mod:`.schedules`): a depth-2
+#: schedule costs about one and a half depth-1 hits (a crash, a crashed resume, a resume).
 DEFAULT_BUDGET = 8
 
 if TYPE_CHECKING:

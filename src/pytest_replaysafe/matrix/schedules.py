@@ -23,8 +23,6 @@ import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-#: The default number of depth-2 schedules per test item (cell): a depth-2 schedule costs about one and a half
-#: depth-1 hits (a crash, a crashed resume, a resume).
 from pytest_replaysafe.matrix.cells import DEFAULT_BUDGET
 from pytest_replaysafe.matrix.orders import Orders
 

@@ -101,20 +101,16 @@ class PgCheckpointer(BaseCheckpointer):
         self.schema = validate_identifier(schema)
         self.postgres_dsn = postgres_dsn
         self.redis_url = redis_url
-        self.cache_ttl = self.settings.cache_ttl
-        self.max_pool_size = self.settings.max_pool_size
-        self.retries = self.settings.retries
-        self.connect_timeout = float(self.settings.connect_timeout)
-        self.auto_setup = self.settings.auto_setup
-        #: How long a run's lease on its thread lasts without renewal (see :mod:`.pg_lease`).
-        self.run_lease = float(self.settings.run_lease)
+        given = self.settings  # (read as attributes too; run_lease: a lease's life without renewal, see pg_lease)
+        self.cache_ttl, self.max_pool_size, self.retries = given.cache_ttl, given.max_pool_size, given.retries
+        self.connect_timeout, self.run_lease = float(given.connect_timeout), float(given.run_lease)
+        self.auto_setup = given.auto_setup
         #: The host identity written in leases (None: :func:`.pg_lease.host_identity`). Processes with one identity
         #: must see each other's pids: a holder on this host whose pid is gone is taken over at once.
         self.lease_host: str | None = None
         self._pool = PgPool(postgres_dsn, pool, self.schema, self.settings)
         has_cache = redis_url is not None or redis is not None
-        cache_ttl = self.cache_ttl
-        self._cache = RedisStateCache(self.cache_prefix, cache_ttl, redis_url, redis) if has_cache else None
+        self._cache = RedisStateCache(self.cache_prefix, self.cache_ttl, redis_url, redis) if has_cache else None
         # The run's first reads, made in its run lock's round trip (see arun_lock), until used.
         self._first_reads = FirstReadsWithLock()
         # Rendered once to plain strings (the schema is a validated identifier): psycopg caches the parsing of
@@ -134,17 +130,23 @@ class PgCheckpointer(BaseCheckpointer):
 
     # -- connections (pg_pool.py) ------------------------------------------------------------------------
     async def _ensure_open(self) -> AsyncConnectionPool:
-        if self._pool.forked():  # a forked child never uses the parent's sockets, nor its run locks
-            self._first_reads = FirstReadsWithLock()
-            self._locks = PgRunLocks(self)  # (the parent's renewer thread stayed behind)
-            if self._cache is not None:
-                self._cache.forget_after_fork()
+        self._forget_if_forked()
         return await self._pool.open()
+
+    def _forget_if_forked(self) -> bool:
+        """In a forked child, forget what is the parent's (its sockets, its run locks and their renewer thread,
+        the reads made with its locks), never closing it; True if this process is such a child."""
+        if not self._pool.forked():
+            return False
+        self._first_reads = FirstReadsWithLock()
+        self._locks = PgRunLocks(self)
+        if self._cache is not None:
+            self._cache.forget_after_fork()
+        return True
 
     async def _retrying(self, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         """Run *op* on a pooled connection; retry transient failures only (see :mod:`.pg_connect`)."""
-        await self._ensure_open()
-        return await self._pool.retrying(what, op)
+        return await self._pool.retrying(await self._ensure_open(), what, op)
 
     async def _on_thread(
         self, thread_id: str, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
@@ -392,7 +394,7 @@ class PgCheckpointer(BaseCheckpointer):
 
     # -- lifecycle --------------------------------------------------------------------------------------
     async def aclose(self) -> None:
-        if self._pool.forked():
+        if self._forget_if_forked():  # (the parent's connections are the parent's to close)
             return
         if self._cache is not None:
             await self._cache.close()

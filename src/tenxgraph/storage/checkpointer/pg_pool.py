@@ -89,9 +89,10 @@ class PgPool:
             self.pool = None
         self._ready, self._loop, self._open_lock = False, None, None
 
-    async def retrying(self, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
-        """Run *op* on a pooled connection; retry transient failures only (see :mod:`.pg_connect`)."""
-        pool = await self.open()
+    async def retrying(
+        self, pool: AsyncConnectionPool, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
+    ) -> T:
+        """Run *op* on a connection of the open *pool*; retry transient failures only (see :mod:`.pg_connect`)."""
         delays = pg_connect.RETRY_BACKOFF.delays()
         for attempt in range(self.settings.retries + 1):
             try:
