@@ -133,6 +133,7 @@ def crash_run(
     effects = request.getfixturevalue("effects") if "effects" in request.fixturenames else None
     crash_run = CrashRun(plan, factory(request), replaysafe_workdir, effects)
     run = request.node.stash[crash_run_key] = crash_run.driver  # the plugin drives the cell through it
+    request.addfinalizer(run.close)
     yield crash_run
     for result in run.results:
         request.node.user_properties.append((CELL_PROPERTY, json.dumps(result.to_json())))

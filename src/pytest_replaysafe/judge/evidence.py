@@ -38,6 +38,11 @@ def preview(value: object) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
+#: The ``cond`` of a call no ledger guards (LangGraph's own ``ToolNode``, seen by the harness's watcher): once it has
+#: returned, nothing records it, so running it again is a violation, not the after-return gap.
+UNRECORDED = "unrecorded"
+
+
 def call_id_of(message_id: str, index: int) -> str:
     """The harness's own identity of a tool call: its assistant message and its position there. Independent of
     the runtime's ledger key, so a broken key (say, ``tool_call_id`` alone) cannot blind the verdict."""
@@ -54,7 +59,7 @@ class Entry:
     ufp: str | None = None  # fingerprint of the state update, where there is one (end, record)
     group: int | None = None  # record: the size of the group commit it was written in (None: alone)
     error: bool = False
-    cond: str | None = None  # timeout, missing_id
+    cond: str | None = None  # timeout, missing_id, unrecorded
     policy: str | None = None  # the tool's in-doubt policy
     ikey: str | None = None  # the idempotency key the body was given (start)
     call: str | None = None  # the harness's call identity (runtime events; see call_id_of)

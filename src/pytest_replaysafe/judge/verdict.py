@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_replaysafe.judge.evidence import Entry, call_id_of, preview
+from pytest_replaysafe.judge.evidence import UNRECORDED, Entry, call_id_of, preview
 from pytest_replaysafe.judge.gaps import RECORD_FAILED, GapRule, find_gap
 from pytest_replaysafe.judge.outcome import Outcome
 from pytest_replaysafe.judge.provenance import answer_to, provenance, shared_keys
@@ -34,7 +34,20 @@ TOOL_WINDOW_POINTS = frozenset(
         "tool.after_record",
         "ledger.write_error",
         "ledger.read_error",
+        # a LangGraph saver's writes: with durability="async" a step's checkpoint is saved while the next step's
+        # tools run, so these fire with calls in flight too
+        "langgraph.after_put_writes",
+        "langgraph.before_put",
+        "langgraph.after_put",
     }
+)
+
+
+#: Why a LangGraph model turn runs again after a crash, and the fix.
+LANGGRAPH_ASKED_AGAIN = (
+    " (LangGraph: the AIMessage that asked for it was not saved before its tools ran, as with durability='async',"
+    " LangGraph's default; the model was asked again and its new message has new ids: invoke with "
+    "durability='sync')"
 )
 
 
@@ -70,6 +83,8 @@ class HitEvidence:
     #: Set by the verdict: calls settled in doubt without a re-run whose effect never happened (``effects`` saw
     #: none): the model was told of a doubt, nothing was done.
     not_applied: list[str] = field(default_factory=list)
+    #: The app is a LangGraph app (the verdict's explanations name LangGraph's causes and fixes).
+    langgraph: bool = False
 
     def executions(self) -> Counter[str]:
         """Body executions per call (the harness's call identity)."""
@@ -185,7 +200,7 @@ def judge(
         if n > ref.calls_per_tool.get(tool, 0):
             problems.append(
                 f"{tool} was called for {n} distinct calls, {ref.calls_per_tool.get(tool, 0)} in the clean run: "
-                "a model turn ran again and asked for it anew"
+                "a model turn ran again and asked for it anew" + (LANGGRAPH_ASKED_AGAIN if evidence.langgraph else "")
             )
     problems += provenance(messages, evidence.entries, labels, evidence.tools)
     problems += _effect_problems(evidence, ref, {e.id: labels.get(e.hid, e.id) for e in evidence.entries})
@@ -228,8 +243,16 @@ def judge(
         if n <= allowed:
             gaps |= names
             continue
-        if names:
+        if marked.get(eid) == UNRECORDED:
+            why = (
+                " (no ledger recorded it when it returned: LangGraph's ToolNode runs the whole batch again, "
+                "finished calls included; tenxgraph.integrations.langgraph.ReplaySafeToolNode records each call "
+                "as it returns)"
+            )
+        elif names:
             why = f" (its crashes allow {int(allowed)}: one run more per crash that left it unfinished)"
+        elif evidence.window == eid and evidence.unfinished.get(eid) == "after_return":
+            why = f" (the crash at {point} hit it after its record was said to be written, yet no record was)"
         elif eid in evidence.unfinished:
             why = f" (it was {evidence.unfinished[eid]} at a crash outside the tool path)"
         else:
@@ -328,7 +351,11 @@ def _allowance(
         names.add(rule.name)
     for point, window, unfinished in crashes:
         rule = find_gap(rules, point, None, mode, backend) if window in ("*", eid) else None
-        condition = unfinished.get(eid) if point in TOOL_WINDOW_POINTS else None
+        # the crash hit this very call: the point says where it was (after its record, at tool.after_record), not
+        # the log; a call the log shows unrecorded there lost a record it was said to have
+        condition = unfinished.get(eid) if point in TOOL_WINDOW_POINTS and window != eid else None
+        if condition == "after_return" and marked == UNRECORDED:  # returned, and no ledger would ever record it
+            condition = None
         if rule is None and condition is not None:
             rule = find_gap(rules, point, condition, mode, backend)
         if rule is not None:

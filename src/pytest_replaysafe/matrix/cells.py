@@ -269,14 +269,24 @@ def parse_hits(value: str | None) -> set[int] | None:
 
 
 def marker_kwargs(marker: Any) -> dict[str, Any]:
-    allowed = {"points", "backends", "modes", "tools", "depth", "budget"}
+    allowed = {"points", "backends", "modes", "tools", "depth", "budget", "framework"}
     unknown = set(marker.kwargs) - allowed
     if unknown or marker.args:
         raise pytest.UsageError(
             f"replaysafe: @pytest.mark.crash_matrix takes keyword options {sorted(allowed)}; "
             f"got {sorted(unknown) or marker.args}"
         )
+    framework = marker.kwargs.get("framework", "tenxgraph")
+    if framework not in FRAMEWORKS:
+        raise pytest.UsageError(
+            f"replaysafe: @pytest.mark.crash_matrix(framework={framework!r}): use one of {', '.join(FRAMEWORKS)}"
+        )
     return dict(marker.kwargs)
+
+
+#: What a marked test's app is built with: our runtime, or LangGraph (``framework="langgraph"``: LangGraph's
+#: points, no run-lock contest, recovery or retention cells, which are our runtime's).
+FRAMEWORKS = ("tenxgraph", "langgraph")
 
 
 class Selection(Protocol):
@@ -292,16 +302,22 @@ class Selection(Protocol):
 
 def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     """Parametrize a marked test with its cells (point x backend x mode, plus the budgeted contest)."""
-    from tenxgraph.core.crashpoints import list_crash_points
+    from tenxgraph.core.crashpoints import LANGGRAPH_POINTS, list_crash_points
 
     marker = metafunc.definition.get_closest_marker("crash_matrix")
     assert marker is not None
     opts = marker_kwargs(marker)
+    langgraph = opts.get("framework") == "langgraph"
     where = f"@crash_matrix of {metafunc.definition.nodeid}"
     known = {p.name for p in list_crash_points()}
     points = split_names(opts.get("points")) or settings.points
     if points is None:
-        points = [p for p in sorted(known) if FIXTURE_POINTS.get(p) in (None, *metafunc.fixturenames)]
+        ours = [p for p in sorted(known) if not p.startswith("langgraph.")]
+        points = [
+            p
+            for p in (LANGGRAPH_POINTS if langgraph else ours)
+            if FIXTURE_POINTS.get(p) in (None, *metafunc.fixturenames)
+        ]
     check_names("point", points, known, where)
     backends = split_names(opts.get("backends")) or list(settings.registry)
     check_names("backend", backends, settings.registry, where)
@@ -315,8 +331,9 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     if marked_modes and settings.modes:
         modes = [m for m in modes if m in settings.modes]
     cells = [Cell(p, b.name, m) for p in points for b in chosen for m in modes if m not in FAULT_CELL_MODES]
-    cells += _fault_cells(points, chosen, settings.faults, marked_modes or settings.modes)
-    if not marked_modes and not settings.modes:
+    if not langgraph:
+        cells += _fault_cells(points, chosen, settings.faults, marked_modes or settings.modes)
+    if not marked_modes and not settings.modes and not langgraph:
         cells += budget_cells([b for b in chosen if b.durable])
     if not cells:
         skipped = sorted(set(backends) & set(settings.unavailable))

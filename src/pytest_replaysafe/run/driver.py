@@ -38,7 +38,8 @@ from pytest_replaysafe.report import timeline
 from pytest_replaysafe.run.effects import Effects
 from pytest_replaysafe.run.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
 from pytest_replaysafe.run.hitrun import play
-from pytest_replaysafe.run.modes import Hit, Inputs
+from pytest_replaysafe.run.langgraph_app import LangGraphApp, crash_point_saver, is_langgraph_app, saver_factory
+from pytest_replaysafe.run.modes import App, Hit, Inputs
 from pytest_replaysafe.run.resumes import MODES, window_arrival
 from pytest_replaysafe.run.spy import RecordingCheckpointer
 from tenxgraph.core import crashpoints
@@ -130,17 +131,35 @@ class CellDriver:
         self._order_label = ""
         self._rng = random.Random(f"{plan.seed}:{plan.nodeid}")
         self.thread_id = self._new_thread("main")
+        self._saver: Any = None  # the LangGraph saver, made on first use
+
+    def langgraph_checkpointer(self) -> Any:
+        """The cell's LangGraph saver, on the checkpointer's backend, with crash points (see :mod:`.langgraph_app`)."""
+        if self._saver is None:
+            self._saver = crash_point_saver(saver_factory(self.checkpointer.inner, self.workdir))
+        return self._saver
+
+    def close(self) -> None:
+        """Close what the cell opened for its LangGraph saver."""
+        if self._saver is not None:
+            self._saver.close()
 
     def _new_thread(self, label: str) -> str:
         return f"rs-{self._rng.getrandbits(48):012x}-{label}"
 
     # -- the test author's calls (through CrashRun) ---------------------------------------------------------------
     def drive(
-        self, app: CompiledGraph[Any], input: Inputs, config: Mapping[str, Any] | None, stream: bool
+        self, app: CompiledGraph[Any] | Any, input: Inputs, config: Mapping[str, Any] | None, stream: bool
     ) -> RunResult[Any]:
-        """One ``crash_run.invoke`` (or ``stream``, ``conversation``): clean, or crashed and resumed at this
-        execution's hit, checked; the (resumed) result."""
-        return self._drive(app, input, dict(config or {}), stream)
+        """One ``crash_run.invoke`` (or ``stream``, ``conversation``) of a tenxgraph graph or a LangGraph app:
+        clean, or crashed and resumed at this execution's hit, checked; the (resumed) result."""
+        config = dict(config or {})
+        durability = config.pop("durability", None)
+        if not is_langgraph_app(app):
+            return self._drive(app, input, config, stream)
+        if isinstance(input, list):
+            raise pytest.UsageError("crash_run.conversation drives tenxgraph graphs; drive a LangGraph app by invoke")
+        return self._drive(LangGraphApp(app, input, self.log, durability), input, config, stream)
 
     def executions(self, thread_id: str | None = None) -> dict[str, int]:
         """Real executions of tool bodies per ledger key on a thread (default: this execution's hit thread)."""
@@ -229,7 +248,7 @@ class CellDriver:
     # -- running ----------------------------------------------------------------------------------------
     def run_graph(
         self,
-        app: CompiledGraph[Any],
+        app: App,
         input: Inputs | None,
         thread: str,
         config: dict[str, Any],
@@ -237,9 +256,12 @@ class CellDriver:
         label: str,
     ) -> RunResult[Any]:
         """One run (every turn of a conversation) on a new graph object over the cell's checkpointer."""
+        self._batches, self._order_label = 0, label
+        if isinstance(app, LangGraphApp):
+            assert not isinstance(input, list)
+            return app.run(input, thread, config, stream)  # type: ignore[no-any-return]
         graph = app.copy(self.checkpointer)
         cfg = {**config, "thread_id": thread}
-        self._batches, self._order_label = 0, label
         result = None
         for turn in input if isinstance(input, list) else [input]:
             if not stream:
@@ -250,7 +272,9 @@ class CellDriver:
         assert result is not None
         return result
 
-    def stored_result(self, app: CompiledGraph[Any], thread: str) -> RunResult[Any]:
+    def stored_result(self, app: App, thread: str) -> RunResult[Any]:
+        if isinstance(app, LangGraphApp):
+            return app.result(thread)
         graph = app.copy(self.checkpointer)
         state = graph.get_state(thread)
         snap = self.checkpointer.get_thread(thread)
@@ -269,7 +293,7 @@ class CellDriver:
         )
         return self.orders.pick([info.index for info in batch], self.order, rng)
 
-    def _drive(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
+    def _drive(self, app: App, input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
         if config.pop("thread_id", None) is not None:
             raise pytest.UsageError("crash_run.invoke: leave thread_id out of config; crash_run assigns thread ids")
         self.driven = True
@@ -282,9 +306,7 @@ class CellDriver:
             remove()
             self._drive_index += 1
 
-    def _clean_only(
-        self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool
-    ) -> RunResult[Any]:
+    def _clean_only(self, app: App, input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
         self.thread_id = self._new_thread("clean")
         result = self.run_graph(app, input, self.thread_id, config, stream, "clean")
         problems = result_problems(result.messages)
@@ -299,7 +321,7 @@ class CellDriver:
     def _effects_on(self, thread: str) -> list[dict[str, Any]] | None:
         return self.effects.applied(thread_id=thread) if self.effects is not None else None
 
-    def _learn(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> LearnedDrive:
+    def _learn(self, app: App, input: Inputs, config: dict[str, Any], stream: bool) -> LearnedDrive:
         assert self.cell is not None
         thread = self._new_thread("clean")
         try:
@@ -327,7 +349,7 @@ class CellDriver:
             raise ReplaySafetyViolation(f"VACUOUS: {detail}\n    repro: {self.results[-1].repro}")
         return drive
 
-    def _matrix(self, app: CompiledGraph[Any], input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
+    def _matrix(self, app: App, input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
         assert self.cell is not None
         cell = self.cell
         mode = FAULT_MODE_OBJECTS.get(cell.mode) or MODES[cell.mode]
@@ -345,6 +367,7 @@ class CellDriver:
         thread = self._new_thread(f"hit{hit}")
         self.thread_id = thread
         target = Hit(app, input, config, stream, cell.point, hit, thread)
+        target.langgraph = isinstance(app, LangGraphApp)
         if cell.window is not None:  # a budgeted contest: the lock holder pauses at this lock window
             target.window, target.contested_window = window_arrival(cell.window, hit - 1, drive.counts), cell.window
         tools = frozenset(self.tools) if self.tools is not None else None

@@ -40,25 +40,33 @@ class CrashRun:
         return self.driver.checkpointer
 
     @property
+    def langgraph_checkpointer(self) -> Any:
+        """For a LangGraph app: the LangGraph saver to compile it with (``graph.compile(checkpointer=...)``), on the
+        cell's backend (``InMemorySaver``, ``SqliteSaver``, ``PostgresSaver``), with crash points around its writes;
+        opened by the harness, closed after the test. Needs the ``langgraph`` extra."""
+        return self.driver.langgraph_checkpointer()
+
+    @property
     def thread_id(self) -> str:
         """This execution's thread: the hit's (crashed and resumed), or the clean run's."""
         return self.driver.thread_id
 
     def invoke(
-        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
+        self, app: CompiledGraph[Any] | Any, input: Mapping[str, Any], config: Mapping[str, Any] | None = None
     ) -> RunResult[Any]:
         """Run *app* on *input* (clean; or, in a matrix cell, crashed and resumed at this execution's hit), check
-        it, and return the (resumed) result."""
+        it, and return the (resumed) result. *app*: a tenxgraph graph, or a compiled LangGraph graph (its result's
+        ``messages`` are then tenxgraph messages; ``config`` may hold ``durability``, passed to LangGraph)."""
         return self.driver.drive(app, input, config, stream=False)
 
     async def ainvoke(
-        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
+        self, app: CompiledGraph[Any] | Any, input: Mapping[str, Any], config: Mapping[str, Any] | None = None
     ) -> RunResult[Any]:
         """:meth:`invoke` for async tests (the crash and resume run off the test's event loop)."""
         return await asyncio.to_thread(self.driver.drive, app, input, config, False)
 
     def stream(
-        self, app: CompiledGraph[Any], input: Mapping[str, Any], config: Mapping[str, Any] | None = None
+        self, app: CompiledGraph[Any] | Any, input: Mapping[str, Any], config: Mapping[str, Any] | None = None
     ) -> RunResult[Any]:
         """Like :meth:`invoke`, driving every run through ``stream`` (the same ledger path as ``invoke``)."""
         return self.driver.drive(app, input, config, stream=True)

@@ -62,7 +62,7 @@ def play(
     crash = mode.crash(run, hit)
     before = run.entries(hit.thread) if crash.crashed else []
     window, left = (None, {}) if faulted else (crash.window, unfinished(before))
-    evidence = HitEvidence(crash.crashed, window, before, left, error=crash.error, tools=tools)
+    evidence = HitEvidence(crash.crashed, window, before, left, error=crash.error, tools=tools, langgraph=hit.langgraph)
     played = PlayedHit(crash, evidence, len(before), crash.note, result=crash.result)
     if crash.result is not None:  # the run outlived its fault: nothing to resume
         evidence.final_messages, evidence.final_text = crash.result.messages, crash.result.final_text

@@ -18,17 +18,20 @@ import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from pytest_replaysafe.judge.evidence import call_id_of
 from pytest_replaysafe.run.procs import CHILD_DONE, HarnessError, child_timeout, describe_status, fork_child, wait_child
 
 if TYPE_CHECKING:
+    from pytest_replaysafe.run.langgraph_app import LangGraphApp
     from pytest_replaysafe.run.spy import RecordingCheckpointer
     from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
 
 Inputs = Mapping[str, Any] | list[Mapping[str, Any]]
 """One input, or the turns of a conversation."""
+App: TypeAlias = "CompiledGraph[Any] | LangGraphApp"
+"""What a cell runs: a tenxgraph graph, or a LangGraph app (see :mod:`.langgraph_app`)."""
 
 
 class Runner(Protocol):
@@ -39,7 +42,7 @@ class Runner(Protocol):
 
     def run_graph(
         self,
-        app: CompiledGraph[Any],
+        app: App,
         input: Inputs | None,
         thread: str,
         config: dict[str, Any],
@@ -47,7 +50,7 @@ class Runner(Protocol):
         label: str,
     ) -> RunResult[Any]: ...
 
-    def stored_result(self, app: CompiledGraph[Any], thread: str) -> RunResult[Any]: ...
+    def stored_result(self, app: App, thread: str) -> RunResult[Any]: ...
 
 
 #: How long a resume waits for the crashed run's lock (PostgreSQL frees a killed session's lock a little later).
@@ -58,7 +61,7 @@ RESUME_LOCK_TIMEOUT_S = 30.0
 class Hit:
     """One hit of one drive: what to run, where it crashes, and what was seen."""
 
-    app: CompiledGraph[Any]
+    app: App
     input: Inputs | None  # None: resume the thread (a second crash happens during a resume)
     config: dict[str, Any]
     stream: bool
@@ -75,6 +78,9 @@ class Hit:
     #: A resume that stopped by design and was resumed again (its reason): a failed ledger read with calls of
     #: tools that have an in-doubt policy (``LedgerReadError``).
     stopped: str | None = None
+    #: A LangGraph app. Its threads outlive an in-process crash (LangGraph runs sync tools in a thread pool, which
+    #: the crash does not stop): after the crash, every point they reach crashes too, as in a process that died.
+    langgraph: bool = False
 
     @property
     def resume_input(self) -> Inputs | None:
@@ -152,6 +158,9 @@ class InProcess:
         window: dict[str, str] = {}
 
         def crash(name: str, n: int) -> None:
+            if hit.langgraph:
+                for point in crashpoints.list_crash_points("crash"):
+                    crashpoints.arm(point.name, 1, "raise")
             raise CrashInjected(name, n)
 
         crashpoints.reset()

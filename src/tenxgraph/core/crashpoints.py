@@ -79,7 +79,8 @@ class CrashPoint:
 
 
 _HANDLER = "tenxgraph.core.graph.utils.invoke_node_handler"
-_TRANSACTIONAL = ("tenxgraph.core.graph.utils.transactional",)  # a transactional tool's call: inside its transaction
+_TRANSACTIONAL = ("tenxgraph.core.graph.utils.transactional",)
+_LANGGRAPH = "pytest_replaysafe.run.langgraph_app"  # a transactional tool's call: inside its transaction
 #: Every built-in point, in the order the points fire in a run.
 POINTS: tuple[CrashPoint, ...] = (
     CrashPoint(
@@ -115,6 +116,29 @@ POINTS: tuple[CrashPoint, ...] = (
         "the node's output and the next node are persisted",
         "tenxgraph.core.graph.compiled",
     ),
+    # A LangGraph app under the crash matrix: its saver's writes (fired by the harness's saver wrapper).
+    CrashPoint(
+        "langgraph.after_put_writes",
+        "crash",
+        "LangGraph saved a task's writes; the step's checkpoint is not saved yet",
+        _LANGGRAPH,
+    ),
+    CrashPoint(
+        "langgraph.before_put", "crash", "a LangGraph step is done; its checkpoint is not saved yet", _LANGGRAPH
+    ),
+    CrashPoint("langgraph.after_put", "crash", "LangGraph saved a step's checkpoint", _LANGGRAPH),
+)
+#: The points of a LangGraph app (``@pytest.mark.crash_matrix(framework="langgraph")``): LangGraph's step
+#: boundaries, and those around each tool call that a LangGraph tool node reaches (the watcher of a bare
+#: ``ToolNode`` fires ``tool.before_invoke`` and ``tool.after_return``; ``ReplaySafeToolNode`` all of them).
+LANGGRAPH_POINTS = (
+    "tool.before_invoke",
+    "tool.in_flight",
+    "tool.after_return",
+    "tool.after_record",
+    "langgraph.after_put_writes",
+    "langgraph.before_put",
+    "langgraph.after_put",
 )
 
 

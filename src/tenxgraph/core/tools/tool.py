@@ -195,6 +195,29 @@ Reconcile = Callable[[str, dict[str, JSON]], Any]
 """``reconcile(idempotency_key, args)``: the call's result if it did happen (asked of the provider), else None."""
 
 
+def check_policy(on_in_doubt: str | None, reconcile: Reconcile | None, effect: Effect | str | None) -> Effect | None:
+    """A tool's in-doubt policy and effect class checked together (a clear error for a bad pair); its effect."""
+    if on_in_doubt is not None and on_in_doubt not in (*IN_DOUBT_POLICIES, IN_DOUBT_OFF):
+        raise ValueError(
+            f"on_in_doubt={on_in_doubt!r} is invalid; use one of {', '.join(IN_DOUBT_POLICIES)}, or "
+            f"{IN_DOUBT_OFF!r} (no in-doubt detection, whatever the graph's default)"
+        )
+    if (on_in_doubt == "reconcile") != (reconcile is not None):
+        raise ValueError("on_in_doubt='reconcile' needs reconcile=callable(idempotency_key, args), and only it")
+    effect_class = Effect.parse(effect)
+    effect = effect_class.value if effect_class is not None else None
+    if effect_class is not None and effect_class.may_run_again and on_in_doubt not in (None, IN_DOUBT_OFF):
+        raise ValueError(
+            f"effect={effect!r} with on_in_doubt={on_in_doubt!r}: a {effect} tool may simply run again, so it "
+            "has nothing to be in doubt about; drop on_in_doubt, or say effect='external'"
+        )
+    if effect_class is Effect.EXTERNAL and on_in_doubt == IN_DOUBT_OFF:
+        raise ValueError("effect='external' with on_in_doubt='off': an external effect is always watched")
+    if reconcile is not None and not callable(reconcile):
+        raise TypeError(f"reconcile must be callable, got {reconcile!r}")
+    return effect_class
+
+
 @dataclass(slots=True)
 class Tool:
     """A callable the model can ask for, with its JSON schema.
@@ -224,24 +247,7 @@ class Tool:
         reconcile: Reconcile | None = None,
         effect: Effect | str | None = None,
     ) -> Tool:
-        if on_in_doubt is not None and on_in_doubt not in (*IN_DOUBT_POLICIES, IN_DOUBT_OFF):
-            raise ValueError(
-                f"on_in_doubt={on_in_doubt!r} is invalid; use one of {', '.join(IN_DOUBT_POLICIES)}, or "
-                f"{IN_DOUBT_OFF!r} (no in-doubt detection, whatever the graph's default)"
-            )
-        if (on_in_doubt == "reconcile") != (reconcile is not None):
-            raise ValueError("on_in_doubt='reconcile' needs reconcile=callable(idempotency_key, args), and only it")
-        effect_class = Effect.parse(effect)
-        effect = effect_class.value if effect_class is not None else None
-        if effect_class is not None and effect_class.may_run_again and on_in_doubt not in (None, IN_DOUBT_OFF):
-            raise ValueError(
-                f"effect={effect!r} with on_in_doubt={on_in_doubt!r}: a {effect} tool may simply run again, so it "
-                "has nothing to be in doubt about; drop on_in_doubt, or say effect='external'"
-            )
-        if effect_class is Effect.EXTERNAL and on_in_doubt == IN_DOUBT_OFF:
-            raise ValueError("effect='external' with on_in_doubt='off': an external effect is always watched")
-        if reconcile is not None and not callable(reconcile):
-            raise TypeError(f"reconcile must be callable, got {reconcile!r}")
+        effect_class = check_policy(on_in_doubt, reconcile, effect)
         if not callable(fn):
             raise TypeError(f"a tool must be a function, got {fn!r}")
         tool_name = name or getattr(fn, "__name__", None)

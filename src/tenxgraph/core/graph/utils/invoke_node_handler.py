@@ -68,6 +68,7 @@ __all__ = [
     "call_keys",
     "decode_record",
     "encode_record",
+    "invoke_tool_call",
     "invoke_tool_calls",
     "ledger_key",
     "result_message_id",
@@ -114,11 +115,16 @@ def call_keys(message: Message) -> list[str | None]:
     return keys
 
 
-def ledger_calls(message: Message, tools: Mapping[str, Tool], thread_id: str) -> list[LedgerCall]:
-    """The tool calls of *message* as the ledger carries them, keyed (warnings for ids the model got wrong)."""
+def ledger_calls(
+    message: Message, tools: Mapping[str, Tool], thread_id: str, only: int | None = None
+) -> list[LedgerCall]:
+    """The tool calls of *message* as the ledger carries them, keyed (warnings for ids the model got wrong);
+    *only*: just the call at that index (warnings for it alone)."""
     keys = call_keys(message)
     calls = message.tool_calls
     repeated = sorted({str(c.id) for c, k in zip(calls, keys, strict=True) if k is not None and "#" in k})
+    if only is not None:
+        repeated = [r for r in repeated if r == str(calls[only].id)]
     if repeated:
         log.warning(
             "assistant message %r repeats tool_call_id(s) %s: each call runs and is recorded on its own (keys "
@@ -129,6 +135,8 @@ def ledger_calls(message: Message, tools: Mapping[str, Tool], thread_id: str) ->
         )
     found: list[LedgerCall] = []
     for index, (block, key) in enumerate(zip(calls, keys, strict=True)):
+        if only is not None and index != only:
+            continue
         if key is None:
             log.warning(  # (a Message always has a message id: only the model can leave the call's id out)
                 "tool call %r of message %r has no tool_call_id: it runs without replay protection (thread %r)",
@@ -188,6 +196,31 @@ async def invoke_tool_calls(
         )
     ran = iter(await _gather([asyncio.ensure_future(_run_one(batch, call)) for call in to_run]))
     return [answer if answer is not None else next(ran) for answer in answers]
+
+
+async def invoke_tool_call(
+    message: Message,
+    index: int,
+    tools: Mapping[str, Tool],
+    checkpointer: BaseCheckpointer,
+    thread_id: str,
+    *,
+    tool_timeout: float | None = TOOL_TIMEOUT,
+) -> ToolExecution:
+    """Steps 1 to 4 for the one call at *index* of *message*, for a framework that runs each call of a message on
+    its own (LangGraph's ``ToolNode`` calls its ``wrap_tool_call`` once per call, concurrently): its record is
+    replayed, or the tool runs and its record is written as it returns. Parallel calls each come through here, so
+    each is read, run and recorded one by one (no group commit, no completion order)."""
+    crash_point("tool.before_ledger_read")
+    (call,) = ledger_calls(message, tools, thread_id, only=index)
+    batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools))
+    record = (await _read_ledger(batch, [call])).get(call.key) if call.key is not None else None
+    if record is not None and call.key is not None and record.get("kind") != "intent":
+        emit_event("tool_replayed", logging.INFO, thread_id=thread_id, tool=call.name, key=call.key)
+        return decode_record(call.block, call.key, record)
+    call = replace(call, in_doubt=record is not None)
+    await _write_intents(batch, [call])
+    return await _run_one(batch, call)
 
 
 # -- 2. check: one batched read before anything runs -------------------------------------------------------

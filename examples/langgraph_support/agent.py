@@ -1,0 +1,83 @@
+"""A LangGraph agent as LangGraph's own docs write one: ``StateGraph(MessagesState)``, a model node, LangGraph's
+``ToolNode`` and ``tools_condition``. One model turn asks for three tools at once (refund, email, ticket), the next
+for a receipt.
+
+``build_agent(saver, provider)`` is the agent with a bare ``ToolNode``; ``build_agent(saver, provider,
+ledger=checkpointer)`` the same agent with ``ReplaySafeToolNode``, which records each call as it returns. The model
+is a node that answers from the conversation so far, as a scripted chat model would (no API key, the same reply in
+every process)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from examples.payments import LocalProvider, Provider
+from tenxgraph.integrations.langgraph import ReplaySafeToolNode, current_idempotency_key
+from tenxgraph.storage.checkpointer import BaseCheckpointer
+
+FINAL = "Refunded, emailed, and opened a ticket."
+
+
+def make_tools(provider: Provider) -> list[BaseTool]:
+    """The tools pass the provider the call's idempotency key: ReplaySafeToolNode's (the same on every replay);
+    under a bare ToolNode there is none (None)."""
+
+    @tool
+    def refund_order(order_id: str, amount: float) -> str:
+        """Refund an amount on an order."""
+        return str(
+            provider.apply("refund", {"order": order_id, "amount": amount}, current_idempotency_key())["effect_id"]
+        )
+
+    @tool
+    def send_email(to: str, subject: str) -> str:
+        """Send an email."""
+        return str(provider.apply("email", {"to": to, "subject": subject}, current_idempotency_key())["effect_id"])
+
+    @tool
+    def open_ticket(title: str) -> str:
+        """Open a support ticket."""
+        return str(provider.apply("ticket", {"title": title}, current_idempotency_key())["effect_id"])
+
+    return [refund_order, send_email, open_ticket]
+
+
+#: The model's turns: three calls at once, then a receipt (its call id repeats the first turn's, as some models'
+#: do: the ledger key is the message id and the call id together), then the answer.
+TURNS: list[list[tuple[str, dict[str, Any]]]] = [
+    [
+        ("refund_order", {"order_id": "1042", "amount": 20.0}),
+        ("send_email", {"to": "ada@example.com", "subject": "Your refund"}),
+        ("open_ticket", {"title": "Refund 1042 follow-up"}),
+    ],
+    [("send_email", {"to": "ada@example.com", "subject": "Your receipt"})],
+]
+
+
+def model(state: MessagesState) -> dict[str, Any]:
+    turn = sum(1 for m in state["messages"] if m.type == "ai")
+    if turn < len(TURNS):
+        calls = [{"name": n, "args": a, "id": f"call_{i}", "type": "tool_call"} for i, (n, a) in enumerate(TURNS[turn])]
+        return {"messages": [AIMessage("", tool_calls=calls)]}
+    return {"messages": [AIMessage(FINAL)]}
+
+
+def build_agent(
+    saver: BaseCheckpointSaver[Any] | None, provider: Provider | None = None, ledger: BaseCheckpointer | None = None
+) -> Any:
+    """The agent over LangGraph's *saver*; with *ledger*, its tools go through ReplaySafeToolNode."""
+    tools = make_tools(provider or LocalProvider())
+    node = ToolNode(tools) if ledger is None else ReplaySafeToolNode(tools, ledger=ledger)
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model)
+    graph.add_node("tools", node)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=saver)

@@ -1,0 +1,37 @@
+"""The before and after of a LangGraph agent under the crash matrix (needs the langgraph extra).
+
+pytest examples/langgraph_support --crash-matrix                # after: 0 violations, documented gaps only
+pytest examples/langgraph_support --crash-matrix --runxfail -k bare   # before: the violations, each with repro
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("langgraph", reason="the langgraph extra is not installed: pip install 'tenxgraph[langgraph]'")
+
+from examples.langgraph_support.agent import FINAL, build_agent
+from pytest_replaysafe import CrashRun, Effects
+from pytest_replaysafe.run.driver import ReplaySafetyViolation
+
+REQUEST = {"messages": [("user", "refund 1042, tell the customer, open a ticket")]}
+
+
+@pytest.mark.crash_matrix(framework="langgraph")
+def test_replay_safe_tool_node(crash_run: CrashRun, effects: Effects) -> None:
+    app = build_agent(crash_run.langgraph_checkpointer, effects, ledger=crash_run.checkpointer)
+    result = crash_run.invoke(app, REQUEST, {"durability": "sync"})
+    assert result.final_text == FINAL
+    sent = {kind: effects.count(kind, thread_id=crash_run.thread_id) for kind in ("refund", "email", "ticket")}
+    assert sent == {"refund": 1, "email": 2, "ticket": 1}  # each call's key dedupes what a gap runs again
+
+
+@pytest.mark.xfail(
+    raises=ReplaySafetyViolation,
+    strict=False,
+    reason="the before: LangGraph's bare ToolNode runs finished siblings again (--runxfail shows the violations)",
+)
+@pytest.mark.crash_matrix(framework="langgraph")
+def test_bare_tool_node(crash_run: CrashRun, effects: Effects) -> None:
+    result = crash_run.invoke(build_agent(crash_run.langgraph_checkpointer, effects), REQUEST, {"durability": "sync"})
+    assert result.final_text == FINAL

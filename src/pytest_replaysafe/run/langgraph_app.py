@@ -1,0 +1,310 @@
+"""A LangGraph app in a crash-matrix cell: the saver the harness gives it (crash points around LangGraph's
+``put`` / ``put_writes``), the watcher of tool calls no ledger guards (a bare ``ToolNode``), and how a run is
+started, resumed and read back. LangGraph is imported only when a test drives a LangGraph app.
+
+- :class:`CrashPointSaver` wraps the cell's real saver (``InMemorySaver``, ``SqliteSaver``, ``PostgresSaver``, one
+  per process: a forked child opens its own connection) and fires ``langgraph.after_put_writes`` once a task's
+  writes are saved, ``langgraph.before_put`` before a step's checkpoint is saved and ``langgraph.after_put`` after.
+- :class:`ToolWatch`, a LangChain callback handler the harness passes with each run: a tool call that runs outside
+  our ledger (LangGraph's own ``ToolNode``) is logged as it starts and returns, as unrecorded, with the harness's
+  call identity (its ``AIMessage`` and index), and fires ``tool.before_invoke`` / ``tool.after_return`` around it.
+  Calls that go through the ledger (``ReplaySafeToolNode``) are logged by the ledger itself.
+- :class:`LangGraphApp`: one ``crash_run.invoke`` of a LangGraph app. Resuming a crashed thread is what a LangGraph
+  user does: ``invoke(None)`` when the thread has a checkpoint (LangGraph goes on from it and from the writes saved
+  after it), the input again when the crash came before the first checkpoint was saved.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from pytest_replaysafe.judge.evidence import UNRECORDED, Entry, ExecutionLog, call_id_of, fingerprint, preview
+from tenxgraph.core.crashpoints import crash_point
+from tenxgraph.core.graph.results import RunResult
+from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call, running_call
+from tenxgraph.state.state import AgentState
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+LANGGRAPH_EXTRA = "pip install 'tenxgraph[langgraph]'"
+
+
+def is_langgraph_app(app: object) -> bool:
+    """A compiled LangGraph graph (a ``Pregel``), told without importing LangGraph."""
+    return any(c.__module__.startswith("langgraph.pregel") for c in type(app).__mro__)
+
+
+def _import_langgraph() -> None:
+    from tenxgraph.integrations.langgraph import require_langgraph
+
+    require_langgraph()
+
+
+# -- the saver ------------------------------------------------------------------------------------------------
+def saver_factory(ledger: BaseCheckpointer, workdir: Path) -> Callable[[], tuple[BaseCheckpointSaver[Any], Any]]:
+    """How to open the LangGraph saver on the same backend as *ledger*: ``(saver, what to close)``."""
+    _import_langgraph()
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+    if isinstance(ledger, InMemoryCheckpointer):
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        return lambda: (InMemorySaver(), None)
+    if isinstance(ledger, SqliteCheckpointer):
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        path = workdir / "langgraph.db"
+
+        def sqlite_saver() -> tuple[BaseCheckpointSaver[Any], Any]:
+            conn = sqlite3.connect(path, check_same_thread=False, timeout=30)
+            conn.execute("PRAGMA journal_mode=WAL")
+            return SqliteSaver(conn), conn
+
+        return sqlite_saver
+    if isinstance(ledger, PgCheckpointer):
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+
+        dsn, schema = ledger.postgres_dsn, ledger.schema
+        if dsn is None:
+            raise TypeError(
+                "crash_run.langgraph_checkpointer: the PostgreSQL ledger was built on a pool of yours; "
+                "give it postgres_dsn= so that the harness can open LangGraph's PostgresSaver beside it"
+            )
+
+        def pg_saver() -> tuple[BaseCheckpointSaver[Any], Any]:
+            conn = psycopg.Connection.connect(
+                dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row, options=f"-c search_path={schema}"
+            )
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            saver = PostgresSaver(conn)
+            saver.setup()
+            return saver, conn
+
+        return pg_saver
+    raise TypeError(
+        f"crash_run.langgraph_checkpointer: no LangGraph saver for a {type(ledger).__name__} backend (memory, "
+        "sqlite and postgres have one); give the cell one of those backends"
+    )
+
+
+def crash_point_saver(factory: Callable[[], tuple[BaseCheckpointSaver[Any], Any]]) -> BaseCheckpointSaver[Any]:
+    """The saver a LangGraph app under the matrix is compiled with (see :class:`CrashPointSaver`)."""
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    class CrashPointSaver(BaseCheckpointSaver):  # type: ignore[type-arg]
+        """Delegates to the real saver of this process, with crash points around ``put`` and ``put_writes``.
+        Async methods run the sync ones in a thread (the SQLite and PostgreSQL savers here are sync)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._pid = -1
+            self._inner: BaseCheckpointSaver[Any] | None = None
+            self._closers: list[Any] = []
+            self._lock = threading.Lock()
+
+        @property
+        def inner(self) -> BaseCheckpointSaver[Any]:
+            with self._lock:
+                if self._inner is None or self._pid != os.getpid():  # a forked child opens its own connection
+                    self._inner, closer = factory()
+                    self._pid = os.getpid()
+                    self._closers.append((self._pid, closer))
+                    self.serde = self._inner.serde
+                return self._inner
+
+        def close(self) -> None:
+            for pid, closer in self._closers:
+                if closer is not None and pid == os.getpid():
+                    closer.close()
+            self._closers.clear()
+            self._inner = None
+
+        def get_tuple(self, config: Any) -> Any:
+            return self.inner.get_tuple(config)
+
+        def list(self, config: Any, **kw: Any) -> Iterator[Any]:
+            return self.inner.list(config, **kw)
+
+        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            _alive()
+            crash_point("langgraph.before_put")
+            saved = self.inner.put(config, checkpoint, metadata, new_versions)
+            crash_point("langgraph.after_put")
+            return saved
+
+        def put_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+            _alive()
+            self.inner.put_writes(config, writes, task_id, task_path)
+            crash_point("langgraph.after_put_writes")
+
+        def delete_thread(self, thread_id: str) -> None:
+            self.inner.delete_thread(thread_id)
+
+        def get_next_version(self, current: Any, channel: None) -> Any:
+            return self.inner.get_next_version(current, channel)
+
+        async def aget_tuple(self, config: Any) -> Any:
+            return await _in_thread(self.get_tuple, config)
+
+        async def alist(self, config: Any, **kw: Any) -> AsyncIterator[Any]:
+            for item in await _in_thread(lambda: list(self.list(config, **kw))):
+                yield item
+
+        async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            return await _in_thread(self.put, config, checkpoint, metadata, new_versions)
+
+        async def aput_writes(
+            self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+        ) -> None:
+            await _in_thread(self.put_writes, config, writes, task_id, task_path)
+
+        async def adelete_thread(self, thread_id: str) -> None:
+            await _in_thread(self.delete_thread, thread_id)
+
+    return CrashPointSaver()
+
+
+def _alive() -> None:
+    """A crash point has fired in this process (an in-process crash): the process is dead, and writes nothing more
+    (LangGraph saves a failed task's error as it unwinds; a killed process would not)."""
+    from tenxgraph.core.crashpoints import CrashInjected, fired
+
+    done = fired()
+    if done:
+        raise CrashInjected(*done[0])
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    from tenxgraph.utils.sync import to_thread
+
+    return await to_thread(fn, *args)
+
+
+# -- the watcher of unguarded tool calls ---------------------------------------------------------------------------
+def tool_watch(log: ExecutionLog, thread: str) -> Any:
+    """A LangChain callback handler for one run on *thread* (see :class:`ToolWatch`)."""
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    from tenxgraph.integrations.langgraph.messages import find_call, messages_of
+
+    class ToolWatch(BaseCallbackHandler):
+        """Logs the calls no ledger guards, and fires the tool crash points around them."""
+
+        run_inline = True  # in the tool's own thread and context, before and after its body
+        raise_error = True
+
+        def __init__(self) -> None:
+            self.inputs: dict[UUID, Any] = {}
+            self.parents: dict[UUID, UUID | None] = {}
+            self.calls: dict[UUID, tuple[ToolCallInfo, ExitStack]] = {}
+
+        def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, **kw: Any) -> None:
+            self.inputs[run_id], self.parents[run_id] = inputs, kw.get("parent_run_id")
+
+        def _find(self, parent: UUID | None, tool_call_id: str | None) -> tuple[str, int] | None:
+            while parent is not None:
+                found = find_call(messages_of(self.inputs.get(parent)), tool_call_id)
+                if found is not None and found[0].id is not None:
+                    return found[0].id, found[1]
+                parent = self.parents.get(parent)
+            return None
+
+        def on_tool_start(self, serialized: Any, input_str: str, *, run_id: UUID, **kw: Any) -> None:
+            if current_tool_call() is not None:  # a ReplaySafeToolNode call: the ledger logs it
+                return
+            name, call_id = str((serialized or {}).get("name")), kw.get("tool_call_id")
+            found = self._find(kw.get("parent_run_id"), call_id)
+            if found is None:
+                return  # a tool called outside a tool node: not a call the model asked for
+            message_id, index = found
+            info = ToolCallInfo(thread, message_id, call_id, name, index, None)  # no ledger key: none guards it
+            crash_point("tool.before_invoke")
+            self._log(info, "start")
+            stack = ExitStack()
+            stack.enter_context(running_call(info))  # the effects fixture attributes the tool's effects to it
+            self.calls[run_id] = (info, stack)
+
+        def on_tool_end(self, output: Any, *, run_id: UUID, **kw: Any) -> None:
+            self._ended(run_id, getattr(output, "content", output), getattr(output, "status", None) == "error")
+
+        def on_tool_error(self, error: BaseException, *, run_id: UUID, **kw: Any) -> None:
+            self._ended(run_id, f"{type(error).__name__}: {error}", True)
+
+        def _ended(self, run_id: UUID, output: Any, error: bool) -> None:
+            found = self.calls.pop(run_id, None)
+            if found is None:
+                return
+            info, stack = found
+            self._log(info, "end", output, error)
+            stack.close()
+            crash_point("tool.after_return")
+
+        def _log(self, info: ToolCallInfo, event: str, output: Any = None, error: bool = False) -> None:
+            ended = event == "end"
+            log.write(
+                Entry(
+                    thread=info.thread_id,
+                    id=info.execution_id,
+                    event=event,
+                    tool=info.tool,
+                    fp=fingerprint(output) if ended else None,
+                    error=error,
+                    cond=UNRECORDED,
+                    call=call_id_of(info.message_id, info.index),
+                    t=round(time.monotonic(), 6),
+                    out=preview(output) if ended else None,
+                )
+            )
+
+    return ToolWatch()
+
+
+# -- one drive of a LangGraph app -----------------------------------------------------------------------------
+class LangGraphApp:
+    """A LangGraph app as the cell driver runs it: started, resumed and read back on a thread."""
+
+    def __init__(self, app: Any, input: Mapping[str, Any], log: ExecutionLog, durability: str | None) -> None:
+        self.app, self.input, self.log, self.durability = app, dict(input), log, durability
+
+    def _config(self, thread: str, config: Mapping[str, Any]) -> dict[str, Any]:
+        configurable = {**(config.get("configurable") or {}), "thread_id": thread}
+        callbacks = [*(config.get("callbacks") or []), tool_watch(self.log, thread)]
+        rest = {k: v for k, v in config.items() if k not in ("configurable", "callbacks", "lock_timeout")}
+        return {**rest, "configurable": configurable, "callbacks": callbacks}
+
+    def run(self, input: Mapping[str, Any] | None, thread: str, config: Mapping[str, Any], stream: bool) -> Any:
+        """Start the run (*input*), or resume the thread (None), as a LangGraph user would."""
+        cfg = self._config(thread, config)
+        if input is None and self.app.get_state(cfg).created_at is None:
+            input = self.input  # the crash came before the first checkpoint was saved: send the input again
+        # (else invoke(None): LangGraph goes on from the last checkpoint and its saved writes; on a finished
+        # thread it does nothing)
+        kw = {"durability": self.durability} if self.durability else {}
+        if stream:
+            for _ in self.app.stream(input, cfg, stream_mode="values", **kw):
+                pass
+        else:
+            self.app.invoke(input, cfg, **kw)
+        return self.result(thread)
+
+    def result(self, thread: str) -> RunResult[Any]:
+        """The thread's stored conversation, as tenxgraph messages (what the verdict reads)."""
+        from tenxgraph.integrations.langgraph.messages import messages_of, to_messages
+
+        snapshot = self.app.get_state({"configurable": {"thread_id": thread}})
+        if not snapshot.values:
+            raise RuntimeError(f"thread {thread!r} has no LangGraph checkpoint after the run")
+        return RunResult(thread, AgentState(messages=to_messages(messages_of(snapshot.values))), 0)

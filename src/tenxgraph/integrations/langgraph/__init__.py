@@ -1,0 +1,50 @@
+"""Replay-safe tool calls for LangGraph agents (the ``langgraph`` extra: ``pip install 'tenxgraph[langgraph]'``).
+
+- :class:`ReplaySafeToolNode`: a drop-in for LangGraph's ``ToolNode(tools)`` whose calls go through our ledger:
+  ``ReplaySafeToolNode(tools, ledger=SqliteCheckpointer("agent.db"))``.
+- :class:`ReplaySafeToolCalls`: the same protection as ``wrap_tool_call`` / ``awrap_tool_call`` functions, for a
+  ``ToolNode`` you build yourself: ``ToolNode(tools, wrap_tool_call=calls.wrap_tool_call,
+  awrap_tool_call=calls.awrap_tool_call)``.
+- :func:`current_idempotency_key`: in a tool's body, the call's idempotency key (pass it to your provider).
+- :func:`to_messages`: a LangGraph conversation as tenxgraph :class:`~tenxgraph.Message` objects.
+
+See docs/langgraph.md. Importing this package needs no LangGraph; its names import it on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tenxgraph.integrations.langgraph.messages import to_messages
+    from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls, ReplaySafeToolNode, current_idempotency_key
+
+__all__ = ["ReplaySafeToolCalls", "ReplaySafeToolNode", "current_idempotency_key", "to_messages"]
+
+_WHERE = {
+    "ReplaySafeToolCalls": "tenxgraph.integrations.langgraph.tools",
+    "ReplaySafeToolNode": "tenxgraph.integrations.langgraph.tools",
+    "to_messages": "tenxgraph.integrations.langgraph.messages",
+    "current_idempotency_key": "tenxgraph.integrations.langgraph.tools",
+}
+EXTRA_HINT = "install the extra: pip install 'tenxgraph[langgraph]' (LangGraph >= 1.0 and langchain-core)"
+
+
+def require_langgraph() -> None:
+    """Raise an ImportError that names the extra if LangGraph or langchain-core is missing."""
+    try:
+        import langchain_core.messages  # noqa: F401
+        import langgraph.prebuilt  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f"tenxgraph.integrations.langgraph needs LangGraph ({exc.name} is missing): {EXTRA_HINT}"
+        ) from exc
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    require_langgraph()
+    import importlib
+
+    return getattr(importlib.import_module(_WHERE[name]), name)

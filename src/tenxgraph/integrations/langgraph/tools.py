@@ -1,0 +1,294 @@
+"""LangGraph's ``ToolNode`` with our ledger around each call: :class:`ReplaySafeToolCalls` (the
+``wrap_tool_call`` / ``awrap_tool_call`` pair) and :class:`ReplaySafeToolNode` (a ``ToolNode`` that uses it).
+
+LangGraph runs the calls of one ``AIMessage`` concurrently and hands each to the wrapper on its own; the wrapper
+calls the ledger component (:func:`~tenxgraph.core.graph.utils.invoke_node_handler.invoke_tool_call`) with:
+
+- the key: the persisted ``AIMessage.id`` + ``tool_call_id`` (``add_messages``, which ``MessagesState`` uses, gives
+  every message an id when it is stored, so a resume sees the same id). A call without a ``tool_call_id``, or of
+  an ``AIMessage`` without an id, runs without replay protection, with a WARNING naming it;
+- the thread: the run's ``config["configurable"]["thread_id"]`` (no thread: a ``ConfigError``);
+- the tool: LangGraph's ``execute(request)``, which validates, injects state and runs the real tool; its
+  ``ToolMessage`` (content and status) is recorded as soon as it returns, before its siblings finish;
+- the effect class, in-doubt policy and ``reconcile`` function of each tool, given by name to the constructor or
+  in the tool's ``metadata`` (``{"effect": "read"}``), with the same meaning and checks as ``@tool(...)``; the
+  call's idempotency key is :func:`current_idempotency_key` in the tool's body.
+
+A recorded call is answered from its record: a ``ToolMessage`` with the recorded content and status,
+``response_metadata={"replayed": True}``; every result message's id derives from the ledger key, so a replay
+yields the same message. Not recorded: a tool's ``artifact`` (a replay has none) and a ``Command`` result (the
+call is answered with an error naming it, recorded, and never runs again; see docs/langgraph.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from tenxgraph.core.graph.utils.invoke_node_handler import invoke_tool_call
+from tenxgraph.core.graph.utils.ledger_record import ToolExecution, result_message_id
+from tenxgraph.core.tools.context import current_tool_call
+from tenxgraph.core.tools.effects import Effect
+from tenxgraph.core.tools.tool import Reconcile, Tool, ToolOutput, check_policy
+from tenxgraph.integrations.langgraph.messages import assistant_message, find_call, messages_of
+from tenxgraph.state.messages import JSON
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.utils.constants import LOGGER_NAME, TOOL_TIMEOUT
+from tenxgraph.utils.errors import ConfigError
+from tenxgraph.utils.sync import run_sync, to_thread
+
+__all__ = ["ReplaySafeToolCalls", "ReplaySafeToolNode", "current_idempotency_key"]
+log = logging.getLogger(LOGGER_NAME)
+
+#: Where LangGraph keeps a run's ``durability`` in its config (absent: its default, ``"async"``).
+DURABILITY_KEY = "__pregel_durability"
+Result = ToolMessage | Command  # type: ignore[type-arg]
+Execute = Callable[[ToolCallRequest], Result]
+AsyncExecute = Callable[[ToolCallRequest], Awaitable[Result]]
+
+
+def current_idempotency_key() -> str | None:
+    """The idempotency key of the tool call running now through the ledger: the same on every replay and in every
+    process, different for every other call; pass it to the payment or email provider. None outside a protected
+    call (a bare ``ToolNode``, a call without ids). (LangGraph strips ``InjectedToolArg`` values from tool calls, so
+    the key reaches the tool this way, not as an argument.)"""
+    call = current_tool_call()
+    return call.idempotency_key if call is not None and call.key is not None else None
+
+
+class ReplaySafeToolCalls:
+    """The ledger as LangGraph tool-call wrappers: ``ToolNode(tools, wrap_tool_call=calls.wrap_tool_call,
+    awrap_tool_call=calls.awrap_tool_call)`` (sync and async graphs). *ledger*: the checkpointer that holds the
+    records (``SqliteCheckpointer``, ``PgCheckpointer``, ``InMemoryCheckpointer``); LangGraph's own saver keeps
+    the graph's state as before. *effects*, *on_in_doubt*, *reconcile*: per tool name, as ``@tool(...)`` takes
+    them (a tool's ``metadata`` may say them too)."""
+
+    def __init__(
+        self,
+        ledger: BaseCheckpointer,
+        *,
+        tool_timeout: float | None = TOOL_TIMEOUT,
+        effects: Mapping[str, str] | None = None,
+        on_in_doubt: Mapping[str, str] | None = None,
+        reconcile: Mapping[str, Reconcile] | None = None,
+        messages_key: str = "messages",
+    ) -> None:
+        if not isinstance(ledger, BaseCheckpointer):
+            raise ConfigError(
+                f"ledger={ledger!r} is not a tenxgraph checkpointer: pass SqliteCheckpointer(path), "
+                "PgCheckpointer(...) or InMemoryCheckpointer() (LangGraph's saver stays the graph's checkpointer)"
+            )
+        self.ledger = ledger
+        self.tool_timeout = tool_timeout
+        self.effects = dict(effects or {})
+        self.on_in_doubt = dict(on_in_doubt or {})
+        self.reconcile = dict(reconcile or {})
+        self.messages_key = messages_key
+        self._durability_checked = False
+
+    def check(self, tools: Sequence[BaseTool]) -> None:
+        """Check every tool's effect class and in-doubt policy now (a ``ConfigError`` naming the tool)."""
+        for tool in tools:
+            self._policy(tool)
+
+    # -- the wrappers ------------------------------------------------------------------------------------------
+    def wrap_tool_call(self, request: ToolCallRequest, execute: Execute) -> Result:
+        """``ToolNode(wrap_tool_call=...)``: called once per tool call, in LangGraph's worker thread."""
+
+        async def run(req: ToolCallRequest) -> Result:
+            return await to_thread(execute, req)
+
+        return run_sync(self._through_ledger(request, run))
+
+    async def awrap_tool_call(self, request: ToolCallRequest, execute: AsyncExecute) -> Result:
+        """``ToolNode(awrap_tool_call=...)``: the same, for ``ainvoke`` / ``astream``."""
+        return await self._through_ledger(request, execute)
+
+    # -- one call ------------------------------------------------------------------------------------------
+    async def _through_ledger(self, request: ToolCallRequest, execute: AsyncExecute) -> Result:
+        call = request.tool_call
+        thread_id = _thread_of(request)
+        found = find_call(messages_of(request.state, self.messages_key), call.get("id"))
+        if found is None or found[0].id is None:
+            why = "its AIMessage has no id" if found is not None else "no AIMessage in the state asked for it"
+            log.warning(
+                "tool call %r (%r) runs without replay protection: %s (keep add_messages on the messages "
+                "channel, as MessagesState does: it gives every stored message an id) (thread %r)",
+                call.get("name"), call.get("id"), why, thread_id,
+            )  # fmt: skip
+            return await execute(request)
+        ai, index = found
+        self._check_durability(request, thread_id)
+        fresh: list[Result] = []  # what LangGraph's execute returned, when the tool ran here
+        tool = self._ledger_tool(request, execute, fresh)
+        execution = await invoke_tool_call(
+            assistant_message(ai), index, {tool.name: tool}, self.ledger, thread_id, tool_timeout=self.tool_timeout
+        )
+        return _answer(execution, call, fresh)
+
+    def _check_durability(self, request: ToolCallRequest, thread_id: str) -> None:
+        """Once per process: a WARNING if the run's durability is not ``"sync"``. With LangGraph's default
+        (``"async"``) a step's checkpoint is saved while the next step runs: a crash before the model's step is
+        saved loses its AIMessage while that message's tools may have run, and the model, asked again, sends a new
+        message with new ids, whose calls are new calls to the ledger."""
+        if self._durability_checked:
+            return
+        self._durability_checked = True
+        configurable = (getattr(request.runtime, "config", None) or {}).get("configurable") or {}
+        durability = configurable.get(DURABILITY_KEY, "async")
+        if durability != "sync":
+            log.warning(
+                "ReplaySafeToolNode runs with durability=%r (thread %r): a crash before the model's step is saved "
+                "loses the AIMessage whose tools ran, and the model asks again with new ids, so those calls run "
+                "again; invoke the graph with durability='sync' (see docs/langgraph.md)",
+                durability, thread_id,
+            )  # fmt: skip
+
+    def _ledger_tool(self, request: ToolCallRequest, execute: AsyncExecute, fresh: list[Result]) -> Tool:
+        """The call's tool as the ledger runs it: LangGraph's ``execute`` (the real tool), answering with the
+        ``ToolMessage``'s content and status, which the ledger records."""
+        call, lc_tool = request.tool_call, request.tool
+        policy, reconcile, effect = self._policy(lc_tool) if lc_tool is not None else (None, None, None)
+
+        async def run(**_args: Any) -> ToolOutput:  # (LangGraph validates and passes the arguments)
+            result = await execute(request)
+            fresh.append(result)
+            if not isinstance(result, ToolMessage):
+                raise TypeError(
+                    f"tool {call['name']!r} returned a {type(result).__name__}, which the ledger cannot record yet: "
+                    "return a ToolMessage or plain content from tools that ReplaySafeToolNode protects"
+                )
+            return ToolOutput(_json(result.content), is_error=result.status == "error")
+
+        return Tool(
+            name=call["name"],
+            description="",
+            fn=run,
+            parameters={"type": "object", "properties": {name: {} for name in call.get("args") or {}}},
+            is_async=True,
+            on_in_doubt=policy,
+            reconcile=reconcile,
+            effect=effect,
+        )
+
+    def _policy(self, tool: BaseTool) -> tuple[str | None, Reconcile | None, Effect | None]:
+        """``(on_in_doubt, reconcile, effect)`` of a LangChain tool, checked."""
+        meta = tool.metadata or {}
+        policy = self.on_in_doubt.get(tool.name, meta.get("on_in_doubt"))
+        reconcile = self.reconcile.get(tool.name, meta.get("reconcile"))
+        try:
+            effect = check_policy(policy, reconcile, self.effects.get(tool.name, meta.get("effect")))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"LangGraph tool {tool.name!r}: {exc}") from None
+        if effect is Effect.TRANSACTIONAL:
+            raise ConfigError(
+                f"LangGraph tool {tool.name!r}: effect='transactional' needs the ledger's transaction, which only "
+                "tenxgraph's own ToolNode gives; say 'external' or 'idempotent'"
+            )
+        return policy, reconcile, effect
+
+
+class ReplaySafeToolNode(ToolNode):
+    """LangGraph's ``ToolNode`` whose calls go through our ledger: ``ReplaySafeToolNode(tools, ledger=...)``, a
+    drop-in for ``ToolNode(tools)`` (every other ``ToolNode`` argument is passed on; a ``wrap_tool_call`` of your
+    own runs inside the ledger's, so its retries are one recorded call). See :class:`ReplaySafeToolCalls`."""
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool | Callable[..., Any]],
+        *,
+        ledger: BaseCheckpointer,
+        effects: Mapping[str, str] | None = None,
+        on_in_doubt: Mapping[str, str] | None = None,
+        reconcile: Mapping[str, Reconcile] | None = None,
+        tool_timeout: float | None = TOOL_TIMEOUT,
+        **kwargs: Any,
+    ) -> None:
+        calls = ReplaySafeToolCalls(
+            ledger, tool_timeout=tool_timeout, effects=effects, on_in_doubt=on_in_doubt, reconcile=reconcile,
+            messages_key=kwargs.get("messages_key", "messages"),
+        )  # fmt: skip
+        inner, ainner = kwargs.pop("wrap_tool_call", None), kwargs.pop("awrap_tool_call", None)
+        super().__init__(
+            tools, wrap_tool_call=_outer(calls, inner), awrap_tool_call=_aouter(calls, ainner, inner), **kwargs
+        )
+        calls.check(list(self.tools_by_name.values()))
+        unknown = sorted(set(calls.effects) | set(calls.on_in_doubt) | set(calls.reconcile))
+        unknown = [name for name in unknown if name not in self.tools_by_name]
+        if unknown:
+            raise ConfigError(
+                f"ReplaySafeToolNode: no tool named {', '.join(map(repr, unknown))}; its tools: "
+                f"{', '.join(self.tools_by_name)}"
+            )
+        self.replay_safe = calls
+
+
+def _outer(
+    calls: ReplaySafeToolCalls, inner: Callable[[ToolCallRequest, Execute], Result] | None
+) -> Callable[[ToolCallRequest, Execute], Result]:
+    if inner is None:
+        return calls.wrap_tool_call
+    return lambda request, execute: calls.wrap_tool_call(request, lambda req: inner(req, execute))
+
+
+def _aouter(
+    calls: ReplaySafeToolCalls,
+    ainner: Callable[[ToolCallRequest, AsyncExecute], Awaitable[Result]] | None,
+    inner: Callable[[ToolCallRequest, Execute], Result] | None,
+) -> Callable[[ToolCallRequest, AsyncExecute], Awaitable[Result]]:
+    if ainner is None and inner is not None:
+        raise ConfigError("ReplaySafeToolNode: give awrap_tool_call with wrap_tool_call (the async graph needs it)")
+    if ainner is None:
+        return calls.awrap_tool_call
+
+    async def wrapped(request: ToolCallRequest, execute: AsyncExecute) -> Result:
+        assert ainner is not None
+        return await calls.awrap_tool_call(request, lambda req: ainner(req, execute))
+
+    return wrapped
+
+
+def _thread_of(request: ToolCallRequest) -> str:
+    config = getattr(request.runtime, "config", None) or {}
+    thread = (config.get("configurable") or {}).get("thread_id")
+    if not thread:
+        raise ConfigError(
+            f"tool call {request.tool_call.get('name')!r}: the run has no thread, so its calls cannot be recorded: "
+            "compile the graph with a checkpointer and invoke it with config={'configurable': {'thread_id': ...}}"
+        )
+    return str(thread)
+
+
+def _json(content: Any) -> JSON:
+    return content if isinstance(content, str) else json.loads(json.dumps(content, default=str))
+
+
+def _answer(execution: ToolExecution, call: Mapping[str, Any], fresh: list[Result]) -> Result:
+    """The ``ToolMessage`` LangGraph gets: the tool's own (when it ran here), else one built from the record or
+    from the ledger's answer (an in-doubt error, a timeout); its id derives from the ledger key."""
+    message_id = result_message_id(execution.key)
+    own = fresh[-1] if fresh and not execution.replayed else None
+    if isinstance(own, ToolMessage) and (execution.result.output, execution.result.is_error) == (
+        _json(own.content),
+        own.status == "error",
+    ):
+        return own if own.id else own.model_copy(update={"id": message_id})
+    output = execution.result.output
+    content = output if isinstance(output, str | list) else json.dumps(output)
+    metadata = {"replayed": True} if execution.replayed else {}
+    return ToolMessage(
+        content=content,
+        tool_call_id=call.get("id") or "",
+        name=call.get("name"),
+        status="error" if execution.result.is_error else "success",
+        id=message_id,
+        response_metadata=metadata,
+    )
