@@ -231,10 +231,14 @@ def tool_watch(log: ExecutionLog, thread: str) -> Any:
                 return  # a tool called outside a tool node: not a call the model asked for
             message_id, index = found
             info = ToolCallInfo(thread, message_id, call_id, name, index, None)  # no ledger key: none guards it
-            crash_point("tool.before_invoke")
-            self._log(info, "start")
             stack = ExitStack()
-            stack.enter_context(running_call(info))  # the effects fixture attributes the tool's effects to it
+            stack.enter_context(running_call(info))  # the call's crash window; its effects are attributed to it
+            try:
+                crash_point("tool.before_invoke")
+            except BaseException:
+                stack.close()
+                raise
+            self._log(info, "start")
             self.calls[run_id] = (info, stack)
 
         def on_tool_end(self, output: Any, *, run_id: UUID, **kw: Any) -> None:
@@ -249,8 +253,8 @@ def tool_watch(log: ExecutionLog, thread: str) -> Any:
                 return
             info, stack = found
             self._log(info, "end", output, error)
-            stack.close()
-            crash_point("tool.after_return")
+            with stack:
+                crash_point("tool.after_return")
 
         def _log(self, info: ToolCallInfo, event: str, output: Any = None, error: bool = False) -> None:
             ended = event == "end"

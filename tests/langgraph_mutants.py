@@ -1,0 +1,71 @@
+"""Deliberately broken LangGraph wrappers: each breaks one promise of ``ReplaySafeToolNode`` (not of the ledger it
+calls, whose mutants are in tests/mutants.py). ``apply(name)`` patches this process; tests/test_langgraph_gate.py
+runs the crash matrix over the LangGraph example against each and requires cells failing for its own reason."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+
+def lg_ledger_read_ignored() -> None:
+    """The wrapper runs and records each call without reading the ledger first: a replay runs it again."""
+    from tenxgraph.core.graph.utils import invoke_node_handler as handler
+    from tenxgraph.integrations.langgraph import tools
+
+    async def no_read(message: Any, index: int, tool_map: Any, checkpointer: Any, thread_id: str, **kw: Any) -> Any:
+        (call,) = handler.ledger_calls(message, tool_map, thread_id, only=index)
+        batch = handler.Batch(checkpointer, thread_id, kw.get("tool_timeout"), tuple(tool_map))
+        return await handler._run_one(batch, call)
+
+    tools.invoke_tool_call = no_read  # type: ignore[assignment]
+
+
+def lg_key_from_call_id() -> None:
+    """The wrapper keys each call by its tool_call_id alone (the AIMessage's id left out): a later turn's
+    ``call_0`` is answered with the first turn's record."""
+    from tenxgraph.core.graph.utils import invoke_node_handler as handler
+    from tenxgraph.integrations.langgraph import tools
+
+    async def short_key(message: Any, index: int, tool_map: Any, checkpointer: Any, thread_id: str, **kw: Any) -> Any:
+        (call,) = handler.ledger_calls(message, tool_map, thread_id, only=index)
+        call = replace(call, info=replace(call.info, key=call.block.id))
+        batch = handler.Batch(checkpointer, thread_id, kw.get("tool_timeout"), tuple(tool_map))
+        record = (await handler._read_ledger(batch, [call])).get(call.key)
+        if record is not None:
+            return handler.decode_record(call.block, call.key, record)
+        return await handler._run_one(batch, call)
+
+    tools.invoke_tool_call = short_key  # type: ignore[assignment]
+
+
+def lg_record_never_written() -> None:
+    """The wrapper hands the ledger a checkpointer whose record writes go nowhere (the ledger believes them)."""
+    from tenxgraph.integrations.langgraph import tools
+    from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
+
+    class Forgetful(DelegatingCheckpointer):
+        async def aput_tool_result(self, thread_id: str, key: str, result: Any) -> bool:
+            return True
+
+        async def aput_tool_results(self, thread_id: str, records: Any) -> None:
+            return None
+
+    original = tools.ReplaySafeToolCalls.__init__
+
+    def init(self: Any, ledger: Any, **kw: Any) -> None:
+        original(self, ledger, **kw)
+        self.ledger = Forgetful(ledger)
+
+    tools.ReplaySafeToolCalls.__init__ = init  # type: ignore[method-assign]
+
+
+LG_MUTANTS: dict[str, Callable[[], None]] = {
+    f.__name__: f for f in (lg_ledger_read_ignored, lg_key_from_call_id, lg_record_never_written)
+}
+
+
+def apply(name: str | None) -> None:
+    if name:
+        LG_MUTANTS[name]()

@@ -1,0 +1,114 @@
+"""The gate on LangGraph apps, proved in both directions: the crash matrix over the LangGraph example
+(examples/langgraph_support) fails a bare ``ToolNode`` (a finished sibling ran again: violations, named, with
+repro lines, in-process and SIGKILL) and passes ``ReplaySafeToolNode`` (no violation, the documented gaps only);
+each mutant of the wrapper (tests/langgraph_mutants.py) is caught for its own reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph", reason="the langgraph extra is not installed: pip install 'tenxgraph[langgraph]'")
+
+from tests.langgraph_mutants import LG_MUTANTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TESTS = """
+import pytest
+from examples.langgraph_support.agent import FINAL, build_agent
+
+REQUEST = {"messages": [("user", "refund 1042, tell the customer, open a ticket")]}
+
+
+@pytest.mark.crash_matrix(framework="langgraph")
+def test_replay_safe(crash_run, effects):
+    app = build_agent(crash_run.langgraph_checkpointer, effects, ledger=crash_run.checkpointer)
+    assert crash_run.invoke(app, REQUEST, {"durability": "sync"}).final_text == FINAL
+
+
+@pytest.mark.crash_matrix(framework="langgraph")
+def test_bare(crash_run, effects):
+    app = build_agent(crash_run.langgraph_checkpointer, effects)
+    assert crash_run.invoke(app, REQUEST, {"durability": "sync"}).final_text == FINAL
+"""
+CONFTEST = """
+import os
+from tests.langgraph_mutants import apply
+
+apply(os.environ.get("REPLAYSAFE_MUTANT"))
+"""
+#: What each mutant must be caught by: a part of its violation cells' detail that names the cause.
+CAUSES = {
+    "lg_ledger_read_ignored": "executed 2 times",
+    # the second turn's call_0 replays the first turn's record, whose result message has the first turn's id:
+    # LangGraph's add_messages replaces that message by id, and one turn's call is left without a result
+    "lg_key_from_call_id": "lost results for ['call_0']",
+    "lg_record_never_written": "after its record was said to be written, yet no record was",
+}
+FAILING = ("violation", "resume_failed", "error", "failed", "vacuous")
+
+
+def run_matrix(workdir: Path, test: str, mutant: str | None = None, backends: str = "sqlite") -> dict[str, Any]:
+    folder = workdir / f"{test}-{mutant or 'control'}"
+    folder.mkdir()
+    (folder / "test_lg_agent.py").write_text(TESTS)
+    (folder / "conftest.py").write_text(CONFTEST)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REPLAYSAFE_MUTANT": mutant or ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", "--crash-matrix",
+         f"--crash-backends={backends}", "--crash-seed=1", "--crash-report=report.json", "-k", test,
+         "test_lg_agent.py"],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    report = folder / "report.json"
+    assert report.exists(), f"{test} {mutant}: no report\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    cells = json.loads(report.read_text())["cells"]
+    return {"exit": proc.returncode, "cells": cells, "out": proc.stdout, "mutant": mutant}
+
+
+def outcomes(cells: list[dict[str, Any]]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for c in cells:
+        found[c["outcome"]] = found.get(c["outcome"], 0) + 1
+    return found
+
+
+def test_a_bare_tool_node_fails_the_gate_and_replay_safe_tool_node_passes(tmp_path: Path) -> None:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        bare, safe = pool.map(lambda t: run_matrix(tmp_path, t), ["test_bare", "test_replay_safe"])
+    assert bare["exit"] != 0
+    sibling = [c for c in bare["cells"] if c["outcome"] == "violation" and "no ledger recorded it" in c["detail"]]
+    assert {c["mode"] for c in sibling} >= {"inprocess", "sigkill"}, outcomes(bare["cells"])
+    assert any("refund_order(amount=20.0, order_id='1042') executed 2 times" in c["detail"] for c in sibling)
+    assert all(c["repro"].startswith("pytest 'test_lg_agent.py::test_bare[") for c in sibling)
+    assert "--crash-hits=" in sibling[0]["repro"] and sibling[0]["repro"] in bare["out"]
+    assert {c["point"] for c in sibling} >= {"tool.before_invoke", "tool.after_return"}
+
+    assert safe["exit"] == 0, safe["out"][-3000:]
+    assert not [c for c in safe["cells"] if c["outcome"] in FAILING]
+    gaps = {g for c in safe["cells"] if c["outcome"] == "known_gap" for g in c["gap"].split(",")}
+    assert gaps == {"in_flight", "after_return"}
+    assert {c["mode"] for c in safe["cells"] if c["outcome"] == "protected"} == {"inprocess", "sigkill", "stream"}
+    points = {c["point"] for c in safe["cells"] if c["outcome"] == "protected"}
+    assert points >= {"langgraph.after_put_writes", "langgraph.before_put", "langgraph.after_put", "tool.after_record"}
+
+
+def test_every_wrapper_mutant_is_caught_for_its_own_reason(tmp_path: Path) -> None:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda m: run_matrix(tmp_path, "test_replay_safe", m), LG_MUTANTS))
+    assert set(CAUSES) == set(LG_MUTANTS)
+    missed = {}
+    for r in results:
+        caught = [c for c in r["cells"] if c["outcome"] == "violation" and CAUSES[r["mutant"]] in c["detail"]]
+        print(f"  {r['mutant']:28} {len(caught):4} cells: {CAUSES[r['mutant']]!r}")
+        if len(caught) < 2 or r["exit"] == 0:
+            missed[r["mutant"]] = sorted({c["detail"][:160] for c in r["cells"] if c["outcome"] in FAILING})[:3]
+    assert not missed, f"wrapper mutants the matrix did not catch for their own reason: {missed}"
