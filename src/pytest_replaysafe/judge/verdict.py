@@ -5,6 +5,9 @@ final answer, no tool called more often than there, every tool result answered b
 every ledger record written after its body returned and holding what the body returned, one idempotency key per
 call, and no effect applied more often than in the clean run. A duplicate execution is a known gap only where the
 gap table expects one; anything else is a violation.
+
+(Past the ~350-line guide on purpose: the verdict is decided in one place, and its rules read top to bottom here;
+what it draws on is in evidence, gaps, provenance and outcome.)
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ POINTS: tuple[CrashPoint, ...] = (
     ),
     CrashPoint("tool.before_ledger_read", "crash", "tool node started; the ledger has not been read yet", _HANDLER),
     CrashPoint("ledger.read_error", "fault", "the batched ledger read fails (fault point)", _HANDLER),
-    CrashPoint("tool.before_invoke", "crash", "ledger miss; the tool is about to run", _HANDLER),
+    CrashPoint("tool.before_invoke", "crash", "ledger miss; the tool is about to run", _HANDLER, (_LANGGRAPH,)),
     CrashPoint(
         "tool.in_flight",
         "crash",
@@ -99,7 +99,11 @@ POINTS: tuple[CrashPoint, ...] = (
         "pytest_replaysafe.run.effects",
     ),
     CrashPoint(
-        "tool.after_return", "crash", "the tool returned; its record is not written yet", _HANDLER, _TRANSACTIONAL
+        "tool.after_return",
+        "crash",
+        "the tool returned; its record is not written yet",
+        _HANDLER,
+        (*_TRANSACTIONAL, _LANGGRAPH),
     ),
     CrashPoint(
         "ledger.write_error", "fault", "writing the ledger record fails (fault point)", _HANDLER, _TRANSACTIONAL

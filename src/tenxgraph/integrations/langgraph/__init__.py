@@ -5,6 +5,7 @@
 - :class:`ReplaySafeToolCalls`: the same protection as ``wrap_tool_call`` / ``awrap_tool_call`` functions, for a
   ``ToolNode`` you build yourself: ``ToolNode(tools, wrap_tool_call=calls.wrap_tool_call,
   awrap_tool_call=calls.awrap_tool_call)``.
+- :class:`ReplaySafeMiddleware`: the same as middleware for ``langchain``'s ``create_agent`` (needs ``langchain``).
 - :func:`current_idempotency_key`: in a tool's body, the call's idempotency key (pass it to your provider).
 - :func:`to_messages`: a LangGraph conversation as tenxgraph :class:`~tenxgraph.Message` objects.
 
@@ -17,11 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tenxgraph.integrations.langgraph.messages import to_messages
+    from tenxgraph.integrations.langgraph.middleware import ReplaySafeMiddleware
     from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls, ReplaySafeToolNode, current_idempotency_key
 
-__all__ = ["ReplaySafeToolCalls", "ReplaySafeToolNode", "current_idempotency_key", "to_messages"]
+__all__ = [
+    "ReplaySafeMiddleware",
+    "ReplaySafeToolCalls",
+    "ReplaySafeToolNode",
+    "current_idempotency_key",
+    "to_messages",
+]
 
 _WHERE = {
+    "ReplaySafeMiddleware": "tenxgraph.integrations.langgraph.middleware",
     "ReplaySafeToolCalls": "tenxgraph.integrations.langgraph.tools",
     "ReplaySafeToolNode": "tenxgraph.integrations.langgraph.tools",
     "to_messages": "tenxgraph.integrations.langgraph.messages",

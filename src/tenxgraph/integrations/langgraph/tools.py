@@ -92,7 +92,7 @@ class ReplaySafeToolCalls:
         self.on_in_doubt = dict(on_in_doubt or {})
         self.reconcile = dict(reconcile or {})
         self.messages_key = messages_key
-        self._durability_checked = False
+        self._durability_warned = False
 
     def check(self, tools: Sequence[BaseTool]) -> None:
         """Check every tool's effect class and in-doubt policy now (a ``ConfigError`` naming the tool)."""
@@ -135,16 +135,16 @@ class ReplaySafeToolCalls:
         return _answer(execution, call, fresh)
 
     def _check_durability(self, request: ToolCallRequest, thread_id: str) -> None:
-        """Once per process: a WARNING if the run's durability is not ``"sync"``. With LangGraph's default
+        """The first time a run's durability is not ``"sync"``, a WARNING. With LangGraph's default
         (``"async"``) a step's checkpoint is saved while the next step runs: a crash before the model's step is
         saved loses its AIMessage while that message's tools may have run, and the model, asked again, sends a new
         message with new ids, whose calls are new calls to the ledger."""
-        if self._durability_checked:
+        if self._durability_warned:
             return
-        self._durability_checked = True
         configurable = (getattr(request.runtime, "config", None) or {}).get("configurable") or {}
         durability = configurable.get(DURABILITY_KEY, "async")
         if durability != "sync":
+            self._durability_warned = True
             log.warning(
                 "ReplaySafeToolNode runs with durability=%r (thread %r): a crash before the model's step is saved "
                 "loses the AIMessage whose tools ran, and the model asks again with new ids, so those calls run "
