@@ -11,8 +11,7 @@ import pytest
 pytest.importorskip("langgraph", reason="the langgraph extra is not installed: pip install 'tenxgraph[langgraph]'")
 
 from examples.langgraph_support.agent import FINAL, build_agent
-from pytest_replaysafe import CrashRun, Effects
-from pytest_replaysafe.run.driver import ReplaySafetyViolation
+from pytest_replaysafe import CrashRun, Effects, ReplaySafetyViolation
 
 REQUEST = {"messages": [("user", "refund 1042, tell the customer, open a ticket")]}
 

@@ -1,7 +1,7 @@
 """pytest-replaysafe: the crash matrix for replay-safe agents. The plugin's entry (``plugin``, ``options``,
 ``fixtures``, ``hookspecs``, ``reporter``) is what pytest loads; each role is a subpackage: ``matrix`` (the cells),
 ``run`` (crashing and resuming them), ``judge`` (verdicts), ``report`` (what a person sees), ``conformance``
-(certify a checkpointer).
+(certify a checkpointer, or a LangGraph saver).
 
 The names a test author uses are here, imported when first used (a plain ``pytest`` run loads none of them)."""
 
@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_replaysafe.conformance import CheckpointerConformance, RunLockConformance
+    from pytest_replaysafe.conformance import CheckpointerConformance, RunLockConformance, SaverConformance
     from pytest_replaysafe.judge.gaps import KNOWN_GAPS, GapRule
     from pytest_replaysafe.matrix.cells import Backend
     from pytest_replaysafe.run.effects import Effects
@@ -26,6 +26,7 @@ _PUBLIC = {
     "KNOWN_GAPS": "pytest_replaysafe.judge.gaps",
     "ReplaySafetyViolation": "pytest_replaysafe.run.harness",
     "RunLockConformance": "pytest_replaysafe.conformance",
+    "SaverConformance": "pytest_replaysafe.conformance",
 }
 __all__ = [
     "KNOWN_GAPS",
@@ -36,6 +37,7 @@ __all__ = [
     "GapRule",
     "ReplaySafetyViolation",
     "RunLockConformance",
+    "SaverConformance",
 ]
 
 
