@@ -135,7 +135,9 @@ def crash_run(
     run = request.node.stash[crash_run_key] = crash_run.driver  # the plugin drives the cell through it
     request.addfinalizer(run.close)
     yield crash_run
+    expected = request.node.get_closest_marker("xfail") is not None and not request.config.option.runxfail
     for result in run.results:
+        result.expected = expected
         request.node.user_properties.append((CELL_PROPERTY, json.dumps(result.to_json())))
     if run.planner.choice is not None:
         budget = -1 if run.depth.budget is None else run.depth.budget

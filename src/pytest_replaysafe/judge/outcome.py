@@ -96,6 +96,9 @@ class CellResult:
     coverage: dict[str, Any] = field(default_factory=dict)
     #: ``in_doubt_handled``: the calls settled without a re-run whose effect never happened (nothing was done).
     not_applied: list[str] = field(default_factory=list)
+    #: The test is marked ``xfail``: a failing cell is expected (a "before" that shows what the gate catches), and
+    #: the closing line counts it apart (``--runxfail`` makes it count again).
+    expected: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

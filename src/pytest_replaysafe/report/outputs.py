@@ -143,7 +143,8 @@ def failure_lines(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> l
         if Outcome(cell["outcome"]).failing:
             then = f" then {cell['then']}" if cell.get("then") else ""
             head = (
-                f"{cell['outcome'].upper()} {test_name(cell['test'])} at {cell['point']} hit {cell['hit']}{then}, "
+                f"{cell['outcome'].upper()}{' (expected: xfail)' if cell.get('expected') else ''} "
+                f"{test_name(cell['test'])} at {cell['point']} hit {cell['hit']}{then}, "
                 f"{cell['backend']}/{cell['mode']}: "
             )
             if cell["outcome"] == Outcome.FAILED and cell.get("gap"):  # the gist: where, not the assertion
@@ -173,7 +174,8 @@ def closing_lines(
     counts = summary(cells)
     names = {c["backend"] for c in cells if c["outcome"] != Outcome.NOT_APPLICABLE}
     backends = ", ".join(sorted(names, key=lambda b: grid.column_order((b, ""))))
-    failing = {o: n for o, n in counts.items() if n and Outcome(o).failing}
+    failing = {o: n for o, n in summary(c for c in cells if not c.get("expected")).items() if n and Outcome(o).failing}
+    expected = {o: n for o, n in summary(c for c in cells if c.get("expected")).items() if n and Outcome(o).failing}
     held = counts[Outcome.PROTECTED] + counts[Outcome.IN_DOUBT_HANDLED] + counts[Outcome.EXACTLY_ONCE]
     if failing:
         what = ", ".join(f"{n} {o}" for o, n in failing.items())
@@ -197,9 +199,13 @@ def closing_lines(
             f"each failure above names the call and the remedy: {GAPS_DOC})"
         )
     third = "reports: " + ("  ".join(str(p) for p in reports) if reports else "none written (see --crash-report)")
+    before: list[str] = []
+    if expected:  # a test marked xfail: the failures it shows on purpose (a "before"), listed above all the same
+        what = ", ".join(f"{n} {o}" for o, n in expected.items())
+        before = [f"expected to fail: {what} cells in tests marked xfail (listed above; --runxfail counts them)"]
     return [
         line
-        for text in (first, second, *([depth2] if depth2 else []), third)
+        for text in (first, *before, second, *([depth2] if depth2 else []), third)
         for line in textwrap.wrap(
             text, grid.WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
         )
