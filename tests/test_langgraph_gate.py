@@ -35,6 +35,12 @@ def test_replay_safe(crash_run, effects):
 
 
 @pytest.mark.crash_matrix(framework="langgraph")
+def test_replay_safe_async_durability(crash_run, effects):
+    app = build_agent(crash_run.langgraph_checkpointer, effects, ledger=crash_run.checkpointer)
+    assert crash_run.invoke(app, REQUEST).final_text == FINAL  # LangGraph's default durability, "async"
+
+
+@pytest.mark.crash_matrix(framework="langgraph")
 def test_bare(crash_run, effects):
     app = build_agent(crash_run.langgraph_checkpointer, effects)
     assert crash_run.invoke(app, REQUEST, {"durability": "sync"}).final_text == FINAL
@@ -62,9 +68,10 @@ def run_matrix(workdir: Path, test: str, mutant: str | None = None, backends: st
     (folder / "test_lg_agent.py").write_text(TESTS)
     (folder / "conftest.py").write_text(CONFTEST)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "REPLAYSAFE_MUTANT": mutant or ""}
+    selected = f"{test} and not async" if test == "test_replay_safe" else test
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", "--crash-matrix",
-         f"--crash-backends={backends}", "--crash-seed=1", "--crash-report=report.json", "-k", test,
+         f"--crash-backends={backends}", "--crash-seed=1", "--crash-report=report.json", "-k", selected,
          "test_lg_agent.py"],
         cwd=folder, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -99,6 +106,18 @@ def test_a_bare_tool_node_fails_the_gate_and_replay_safe_tool_node_passes(tmp_pa
     assert {c["mode"] for c in safe["cells"] if c["outcome"] == "protected"} == {"inprocess", "sigkill", "stream"}
     points = {c["point"] for c in safe["cells"] if c["outcome"] == "protected"}
     assert points >= {"langgraph.after_put_writes", "langgraph.before_put", "langgraph.after_put", "tool.after_record"}
+
+
+def test_with_async_durability_a_model_turn_lost_before_its_tools_ran_shows_and_names_the_fix(tmp_path: Path) -> None:
+    """LangGraph's default durability saves a step's checkpoint while the next step runs: a kill before the model's
+    step is saved loses the AIMessage whose calls had started; the model, asked again, sends new ids. The ledger
+    cannot know the new calls are the old ones: the matrix says so, and names durability='sync'."""
+    result = run_matrix(tmp_path, "test_replay_safe_async_durability")
+    asked = [
+        c for c in result["cells"] if c["outcome"] == "violation" and "invoke with durability='sync'" in c["detail"]
+    ]
+    assert asked and result["exit"] != 0, outcomes(result["cells"])
+    assert {c["point"] for c in asked} & {"langgraph.before_put", "langgraph.after_put", "langgraph.after_put_writes"}
 
 
 def test_every_wrapper_mutant_is_caught_for_its_own_reason(tmp_path: Path) -> None:
