@@ -90,4 +90,4 @@ bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.collect
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache crash-matrix.json crash-matrix.md crash-matrix.html
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache crash-matrix.json crash-matrix.md crash-matrix.html crash-matrix-depth2.json langgraph-matrix.json

@@ -2,6 +2,8 @@
 that command, on its JSON report. A figure left behind by a code change fails CI, naming the new one.
 
     python tests/doc_figures.py depth2 crash-matrix-depth2.json
+    python tests/doc_figures.py langgraph langgraph-matrix.json          # check docs/langgraph.md's table
+    python tests/doc_figures.py langgraph langgraph-matrix.json --table  # print the table from a report
 """
 
 from __future__ import annotations
@@ -46,7 +48,70 @@ def check_depth2(report: Path) -> list[str]:
     return problems
 
 
+LANGGRAPH_DOC = DOC.parent / "langgraph.md"
+LG_POINTS = (
+    "tool.before_invoke",
+    "tool.in_flight",
+    "tool.after_return",
+    "tool.after_record",
+    "langgraph.after_put_writes",
+    "langgraph.before_put",
+    "langgraph.after_put",
+)
+LG_ROW = re.compile(r"^\| `(?P<point>[a-z_.]+)` \| (?P<cells>\d+) \| (?P<bare>[^|]+) \| (?P<safe>[^|]+) \|", re.M)
+
+
+def langgraph_rows(report: Path) -> dict[str, tuple[int, str, str]]:
+    """Per point, over the in-process cells of examples/langgraph_support: cells per variant, what the bare
+    ToolNode showed (violations, vacuous) and what ReplaySafeToolNode showed (violations, known gaps)."""
+    cells = [c for c in json.loads(report.read_text())["cells"] if c["mode"] == "inprocess"]
+    rows = {}
+    for point in LG_POINTS:
+        bare = [c for c in cells if c["point"] == point and "test_bare_tool_node" in c["test"]]
+        safe = [c for c in cells if c["point"] == point and "test_replay_safe_tool_node" in c["test"]]
+
+        def count(group: list[dict[str, object]], outcome: str) -> int:
+            return sum(1 for c in group if c["outcome"] == outcome)
+
+        if count(bare, "vacuous"):
+            shown = "never reached: nothing records"
+        else:
+            shown = f"{count(bare, 'violation')} violations"
+        rows[point] = (len(safe), shown, f"{count(safe, 'violation')} violations, {count(safe, 'known_gap')} gaps")
+    return rows
+
+
+def check_langgraph(report: Path) -> list[str]:
+    """The cells per point and which side has violations are what the command gives (how many of the bare node's
+    hits show one depends on which sibling threads had finished: a count may move by one)."""
+    shown = {m["point"]: m for m in LG_ROW.finditer(LANGGRAPH_DOC.read_text())}
+    problems = []
+    for point, (cells, bare, safe) in langgraph_rows(report).items():
+        row = shown.get(point)
+        if row is None:
+            problems.append(f"no row for {point}")
+            continue
+        if int(row["cells"]) != cells:
+            problems.append(f"{point}: the docs say {row['cells']} cells, the command gives {cells}")
+        if (bare.startswith("0 ") or "never" in bare) != (row["bare"].startswith("0 ") or "never" in row["bare"]):
+            problems.append(f"{point}: the docs say the bare ToolNode shows {row['bare'].strip()!r}, now {bare!r}")
+        if not safe.startswith("0 violations"):
+            problems.append(f"{point}: ReplaySafeToolNode shows {safe!r}")
+        if not row["safe"].strip().startswith("0 violations"):
+            problems.append(f"{point}: the docs say ReplaySafeToolNode shows {row['safe'].strip()!r}")
+    return problems
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[1] == "langgraph":
+        if argv[3:] == ["--table"]:
+            for point, (cells, bare, safe) in langgraph_rows(Path(argv[2])).items():
+                print(f"| `{point}` | {cells} | {bare} | {safe} |")
+            return 0
+        problems = check_langgraph(Path(argv[2]))
+        for p in problems:
+            print(f"docs/langgraph.md table is stale: {p}; re-run the command it gives and update it")
+        return 1 if problems else 0
     if len(argv) != 3 or argv[1] != "depth2":
         print(__doc__, file=sys.stderr)
         return 2
