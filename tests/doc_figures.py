@@ -73,10 +73,8 @@ def langgraph_rows(report: Path) -> dict[str, tuple[int, str, str]]:
         def count(group: list[dict[str, object]], outcome: str) -> int:
             return sum(1 for c in group if c["outcome"] == outcome)
 
-        if count(bare, "vacuous"):
-            shown = "never reached: nothing records"
-        else:
-            shown = f"{count(bare, 'violation')} violations"
+        vacuous = count(bare, "vacuous")
+        shown = "never reached: nothing records" if vacuous else f"{count(bare, 'violation')} violations"
         rows[point] = (len(safe), shown, f"{count(safe, 'violation')} violations, {count(safe, 'known_gap')} gaps")
     return rows
 

@@ -5,6 +5,7 @@ bad input, and the lazy import."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import operator
 import subprocess
@@ -410,3 +411,87 @@ def test_in_memory_ledger_works_too() -> None:
         {"messages": [HumanMessage("go")]}, CFG
     )
     assert sum(counted.runs.values()) == 4
+
+
+# -- the plugin's side: the marker, the fixture, the closing line ---------------------------------------------
+pytest_plugins = ["pytester"]
+
+LG_TEST = """
+import pytest
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+
+def build(saver):
+    @tool
+    def refund(order_id: str) -> str:
+        '''Refund.'''
+        return "refunded " + order_id
+
+    def model(state):
+        if any(m.type == "tool" for m in state["messages"]):
+            return {"messages": [AIMessage("done")]}
+        calls = [{"name": "refund", "args": {"order_id": o}, "id": f"call_{i}"} for i, o in enumerate("AB")]
+        return {"messages": [AIMessage("", tool_calls=calls)]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model)
+    graph.add_node("tools", ToolNode([refund]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=saver)
+
+
+@pytest.mark.xfail(reason="the before")
+@pytest.mark.crash_matrix(framework="langgraph", points="tool.after_return,langgraph.after_put")
+def test_bare(crash_run):
+    result = crash_run.invoke(build(crash_run.langgraph_checkpointer), {"messages": [("user", "go")]})
+    assert result.final_text == "done"
+"""
+
+
+def test_the_marker_names_the_frameworks(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_bad="""
+import pytest
+
+@pytest.mark.crash_matrix(framework="langchain")
+def test_x(crash_run):
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--crash-matrix")
+    assert result.ret != 0
+    assert "crash_matrix(framework='langchain'): use one of tenxgraph, langgraph" in result.stdout.str()
+
+
+def test_a_langgraph_test_gets_langgraphs_points_and_an_xfail_counts_apart(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_lg=LG_TEST)
+    args = ["-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=sqlite", "--crash-report=r.json"]
+    result = pytester.runpytest_subprocess(*args, "--collect-only", "-q")
+    ids = [line for line in result.stdout.lines if "test_bare[" in line]
+    assert len(ids) == 6 and all("concurrent" not in i and "recovery" not in i for i in ids), ids  # 2 points x 3 modes
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == 0  # the test is marked xfail: its violations are expected
+    out = result.stdout.str()
+    assert "VIOLATION (expected: xfail) test_bare at tool.after_return" in out
+    assert "expected to fail:" in out and "NOT PROVED" not in out
+    cells = json.loads((pytester.path / "r.json").read_text())["cells"]
+    assert all(c["expected"] for c in cells)
+    again = pytester.runpytest_subprocess(*args, "--runxfail")
+    assert again.ret != 0 and "NOT PROVED" in again.stdout.str()
+
+
+def test_a_conversation_of_a_langgraph_app_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_lg=LG_TEST.split("@pytest.mark.xfail")[0]
+        + """
+def test_turns(crash_run):
+    crash_run.conversation(build(crash_run.langgraph_checkpointer), [{"messages": [("user", "go")]}])
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*crash_run.conversation drives tenxgraph graphs*"])
