@@ -495,3 +495,25 @@ def test_turns(crash_run):
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*crash_run.conversation drives tenxgraph graphs*"])
+
+
+def test_an_interrupt_in_a_tool_passes_through_unrecorded_and_the_resumed_call_is_recorded(ledger: Any) -> None:
+    from langgraph.types import interrupt
+
+    approved: list[str] = []
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund, once a person approves."""
+        answer = interrupt(f"refund {order_id}?")
+        approved.append(answer)
+        return f"refunded {order_id}: {answer}"
+
+    saver = InMemorySaver()
+    turns = [calls(("refund", {"order_id": "A"})), AIMessage("done")]
+    app = build(ReplaySafeToolNode([refund], ledger=ledger), saver, turns)
+    first = app.invoke({"messages": [HumanMessage("go")]}, CFG)
+    assert "__interrupt__" in first and ledger.list_tool_results("t1") == {}  # nothing recorded at the interrupt
+    result = app.invoke(Command(resume="yes"), CFG)
+    assert [m.content for m in tool_messages(result)] == ["refunded A: yes"] and approved == ["yes"]
+    assert len(ledger.list_tool_results("t1")) == 1

@@ -56,6 +56,7 @@ def of_cell(evidence: HitEvidence, mode: str, window: str | None) -> dict[str, A
         "replayed": sorted(replayed),
         "resume": _PATH_OF_MODE.get(mode, "app call"),
         "window": window,
+        "framework": "langgraph" if evidence.langgraph else "tenxgraph",
     }
 
 
@@ -67,10 +68,19 @@ def _split(reached: Iterable[str], every: Sequence[str]) -> dict[str, list[str]]
 def summarize(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The coverage of a whole matrix (the JSON report's ``coverage``)."""
     from pytest_replaysafe.matrix.cells import LOCK_WINDOWS
-    from tenxgraph.core.crashpoints import list_crash_points
+    from tenxgraph.core.crashpoints import LANGGRAPH_POINTS, list_crash_points
 
     ran = [c for c in cells if c.get("coverage")]
-    points = [p.name for p in list_crash_points()]
+    # what could have been reached depends on what the cells ran: our runtime, a LangGraph app (its points, and
+    # no run-lock contest, server recovery or retention job), or both
+    frameworks = {c["coverage"].get("framework", "tenxgraph") for c in ran} or {"tenxgraph"}
+    ours = "tenxgraph" in frameworks
+    points = [
+        p.name
+        for p in list_crash_points()
+        if (ours and not p.name.startswith("langgraph.")) or ("langgraph" in frameworks and p.name in LANGGRAPH_POINTS)
+    ]
+    paths = RESUME_PATHS if ours else RESUME_PATHS[:2]
     largest: dict[str, int] = {}
     for c in ran:
         sizes = c["coverage"].get("groups") or [0]
@@ -82,8 +92,10 @@ def summarize(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "largest_record_group": dict(sorted(largest.items())),
         "results_answered": _split((k for c in ran for k in c["coverage"].get("answered", [])), RESULT_KINDS),
         "results_replayed": _split((k for c in ran for k in c["coverage"].get("replayed", [])), RESULT_KINDS),
-        "resume_paths": _split((c["coverage"]["resume"] for c in ran if c["coverage"].get("crashed")), RESUME_PATHS),
-        "lock_windows": _split((c["coverage"]["window"] for c in ran if c["coverage"].get("window")), LOCK_WINDOWS),
+        "resume_paths": _split((c["coverage"]["resume"] for c in ran if c["coverage"].get("crashed")), paths),
+        "lock_windows": _split(
+            (c["coverage"]["window"] for c in ran if c["coverage"].get("window")), LOCK_WINDOWS if ours else ()
+        ),
     }
 
 

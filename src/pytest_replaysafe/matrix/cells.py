@@ -3,6 +3,9 @@
 A cell is one crash point on one backend in one mode; when it runs, it first does a clean run to count how often
 its point is reached, then crashes and resumes once per hit, running the test body once per hit (each hit is
 reported as its own cell).
+
+(Past the ~350-line guide: expansion reads top to bottom with the tables it uses, our runtime's and a LangGraph
+app's points and modes, the backends and the lock windows.)
 """
 
 from __future__ import annotations
@@ -287,6 +290,8 @@ def marker_kwargs(marker: Any) -> dict[str, Any]:
 #: What a marked test's app is built with: our runtime, or LangGraph (``framework="langgraph"``: LangGraph's
 #: points, no run-lock contest, recovery or retention cells, which are our runtime's).
 FRAMEWORKS = ("tenxgraph", "langgraph")
+#: The modes a LangGraph app's cells run in (the others are our runtime's run lock, server and retention job).
+LANGGRAPH_MODES = ("inprocess", "sigkill", "stream")
 
 
 class Selection(Protocol):
@@ -330,6 +335,10 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     modes = marked_modes or settings.modes or list(DEFAULT_MODES)
     if marked_modes and settings.modes:
         modes = [m for m in modes if m in settings.modes]
+    if langgraph:  # what the options ask for that a LangGraph app has (our runtime's points and modes it has not)
+        if not split_names(opts.get("points")):
+            points = [p for p in points if p in LANGGRAPH_POINTS]
+        modes = [m for m in modes if m in LANGGRAPH_MODES]
     cells = [Cell(p, b.name, m) for p in points for b in chosen for m in modes if m not in FAULT_CELL_MODES]
     if not langgraph:
         cells += _fault_cells(points, chosen, settings.faults, marked_modes or settings.modes)
@@ -338,6 +347,11 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     if not cells:
         skipped = sorted(set(backends) & set(settings.unavailable))
         reason = "; ".join(f"{b}: {settings.unavailable[b]}" for b in skipped) or "no backend or mode selected"
+        if langgraph and not skipped:
+            reason = (
+                f"a LangGraph app has the points {', '.join(LANGGRAPH_POINTS)} and the modes "
+                f"{', '.join(LANGGRAPH_MODES)}; none of them was selected"
+            )
         cells_param = [pytest.param(None, marks=pytest.mark.skip(reason=f"replaysafe: no cells ({reason})"))]
         metafunc.parametrize("_replaysafe_cell", cells_param, ids=["no-cells"], indirect=True)
         return

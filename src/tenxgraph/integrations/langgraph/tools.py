@@ -29,6 +29,7 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
@@ -129,9 +130,12 @@ class ReplaySafeToolCalls:
         self._check_durability(request, thread_id)
         fresh: list[Result] = []  # what LangGraph's execute returned, when the tool ran here
         tool = self._ledger_tool(request, execute, fresh)
-        execution = await invoke_tool_call(
-            assistant_message(ai), index, {tool.name: tool}, self.ledger, thread_id, tool_timeout=self.tool_timeout
-        )
+        try:
+            execution = await invoke_tool_call(
+                assistant_message(ai), index, {tool.name: tool}, self.ledger, thread_id, tool_timeout=self.tool_timeout
+            )
+        except _Bubble as bubble:  # nothing is recorded: LangGraph runs the tool again when the run resumes
+            raise bubble.inner from None
         return _answer(execution, call, fresh)
 
     def _check_durability(self, request: ToolCallRequest, thread_id: str) -> None:
@@ -159,7 +163,10 @@ class ReplaySafeToolCalls:
         policy, reconcile, effect = self._policy(lc_tool) if lc_tool is not None else (None, None, None)
 
         async def run(**_args: Any) -> ToolOutput:  # (LangGraph validates and passes the arguments)
-            result = await execute(request)
+            try:
+                result = await execute(request)
+            except GraphBubbleUp as exc:  # an interrupt() in the tool: LangGraph's control flow, not a result
+                raise _Bubble(exc) from exc
             fresh.append(result)
             if not isinstance(result, ToolMessage):
                 raise TypeError(
@@ -254,6 +261,15 @@ def _aouter(
         return await calls.awrap_tool_call(request, lambda req: ainner(req, execute))
 
     return wrapped
+
+
+class _Bubble(BaseException):
+    """Carries LangGraph's ``GraphBubbleUp`` (an ``interrupt()``, a command for the parent graph) through the ledger,
+    which records what an ``Exception`` says; this is no result of the call."""
+
+    def __init__(self, inner: GraphBubbleUp) -> None:
+        super().__init__(str(inner))
+        self.inner = inner
 
 
 def _thread_of(request: ToolCallRequest) -> str:
