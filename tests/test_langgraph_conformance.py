@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -115,7 +116,9 @@ class _FileBacked(InMemorySaver):
         saved = super().put(config, checkpoint, metadata, new_versions)
         time.sleep(0.002)  # the window in which another writer's put is lost
         storage = {t: {ns: dict(c) for ns, c in spaces.items()} for t, spaces in self.storage.items()}
-        self.path.write_bytes(pickle.dumps((storage, dict(self.blobs))))
+        partial = self.path.with_suffix(f".{threading.get_ident()}")
+        partial.write_bytes(pickle.dumps((storage, dict(self.blobs))))
+        partial.replace(self.path)  # whole files only: what is lost is the other writer's put, never a file
         return saved
 
     def get_tuple(self, config: Any) -> Any:

@@ -110,7 +110,9 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
         "executions",
         "duration_s",
         "repro",
-    } | {"detail", "effects_applied", "gap_reasons", "timeline", "order", "then", "coverage", "not_applied"}
+    } | {"detail", "effects_applied", "gap_reasons", "timeline", "order", "then", "coverage", "not_applied"} | {
+        "expected"
+    }
     assert cell["then"] is None  # one crash (depth 1)
     assert "--crash-seed=7" in cell["repro"] and "--crash-hits=1" in cell["repro"]
 

@@ -147,6 +147,9 @@ def failure_lines(cells: Sequence[dict[str, Any]], width: int = grid.WIDTH) -> l
                 f"{test_name(cell['test'])} at {cell['point']} hit {cell['hit']}{then}, "
                 f"{cell['backend']}/{cell['mode']}: "
             )
+            if cell.get("expected"):  # a test marked xfail: one line each (--runxfail shows all of it)
+                lines.append(head + what_happened(cell["detail"], width - len(head)))
+                continue
             if cell["outcome"] == Outcome.FAILED and cell.get("gap"):  # the gist: where, not the assertion
                 short = what_happened(f"at known gap {cell['gap']}", width - len(head))
             else:
@@ -202,10 +205,13 @@ def closing_lines(
     before: list[str] = []
     if expected:  # a test marked xfail: the failures it shows on purpose (a "before"), listed above all the same
         what = ", ".join(f"{n} {o}" for o, n in expected.items())
-        before = [f"expected to fail: {what} cells in tests marked xfail (listed above; --runxfail counts them)"]
+        before = [
+            f"expected to fail: {what} cells in tests marked xfail (one line each above; --runxfail shows their "
+            "details and repro commands, and counts them)"
+        ]
     return [
         line
-        for text in (first, *before, second, *([depth2] if depth2 else []), third)
+        for text in (first, second, *before, *([depth2] if depth2 else []), third)
         for line in textwrap.wrap(
             text, grid.WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
         )
