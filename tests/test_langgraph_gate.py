@@ -62,23 +62,33 @@ CAUSES = {
 FAILING = ("violation", "resume_failed", "error", "failed", "vacuous")
 
 
-def run_matrix(workdir: Path, test: str, mutant: str | None = None, backends: str = "sqlite") -> dict[str, Any]:
-    folder = workdir / f"{test}-{mutant or 'control'}"
+def run_matrix(workdir: Path, test: str | None = None, mutant: str | None = None) -> dict[str, Any]:
+    """The matrix over *test* (None: every test of TESTS) on SQLite, in a process of its own."""
+    folder = workdir / f"{(test or 'all').replace(' ', '_')}-{mutant or 'control'}"
     folder.mkdir()
     (folder / "test_lg_agent.py").write_text(TESTS)
     (folder / "conftest.py").write_text(CONFTEST)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "REPLAYSAFE_MUTANT": mutant or ""}
-    selected = f"{test} and not async" if test == "test_replay_safe" else test
+    select = ["-k", test] if test else []
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", "--crash-matrix",
-         f"--crash-backends={backends}", "--crash-seed=1", "--crash-report=report.json", "-k", selected,
-         "test_lg_agent.py"],
+         "--crash-backends=sqlite", "--crash-seed=1", "--crash-report=report.json", *select, "test_lg_agent.py"],
         cwd=folder, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     report = folder / "report.json"
     assert report.exists(), f"{test} {mutant}: no report\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     cells = json.loads(report.read_text())["cells"]
     return {"exit": proc.returncode, "cells": cells, "out": proc.stdout, "mutant": mutant}
+
+
+@pytest.fixture(scope="module")
+def control(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One matrix over the three tests of the correct wrapper and the bare node (one process: cheaper)."""
+    return run_matrix(tmp_path_factory.mktemp("lg-gate"))
+
+
+def of_test(result: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [c for c in result["cells"] if f"::{name}[" in c["test"]]
 
 
 def outcomes(cells: list[dict[str, Any]]) -> dict[str, int]:
@@ -88,41 +98,40 @@ def outcomes(cells: list[dict[str, Any]]) -> dict[str, int]:
     return found
 
 
-def test_a_bare_tool_node_fails_the_gate_and_replay_safe_tool_node_passes(tmp_path: Path) -> None:
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        bare, safe = pool.map(lambda t: run_matrix(tmp_path, t), ["test_bare", "test_replay_safe"])
-    assert bare["exit"] != 0
-    sibling = [c for c in bare["cells"] if c["outcome"] == "violation" and "no ledger recorded it" in c["detail"]]
-    assert {c["mode"] for c in sibling} >= {"inprocess", "sigkill"}, outcomes(bare["cells"])
+def test_a_bare_tool_node_fails_the_gate_and_replay_safe_tool_node_passes(control: dict[str, Any]) -> None:
+    assert control["exit"] != 0  # (the bare node's violations fail the run)
+    bare = of_test(control, "test_bare")
+    sibling = [c for c in bare if c["outcome"] == "violation" and "no ledger recorded it" in c["detail"]]
+    assert {c["mode"] for c in sibling} >= {"inprocess", "sigkill"}, outcomes(bare)
     assert any("refund_order(amount=20.0, order_id='1042') executed 2 times" in c["detail"] for c in sibling)
     assert all(c["repro"].startswith("pytest 'test_lg_agent.py::test_bare[") for c in sibling)
-    assert "--crash-hits=" in sibling[0]["repro"] and sibling[0]["repro"] in bare["out"]
+    assert "--crash-hits=" in sibling[0]["repro"] and sibling[0]["repro"] in control["out"]
     assert {c["point"] for c in sibling} >= {"tool.before_invoke", "tool.after_return"}
 
-    assert safe["exit"] == 0, safe["out"][-3000:]
-    assert not [c for c in safe["cells"] if c["outcome"] in FAILING]
-    gaps = {g for c in safe["cells"] if c["outcome"] == "known_gap" for g in c["gap"].split(",")}
+    safe = of_test(control, "test_replay_safe")
+    assert safe and not [c for c in safe if c["outcome"] in FAILING]
+    gaps = {g for c in safe if c["outcome"] == "known_gap" for g in c["gap"].split(",")}
     assert gaps == {"in_flight", "after_return"}
-    assert {c["mode"] for c in safe["cells"] if c["outcome"] == "protected"} == {"inprocess", "sigkill", "stream"}
-    points = {c["point"] for c in safe["cells"] if c["outcome"] == "protected"}
+    assert {c["mode"] for c in safe if c["outcome"] == "protected"} == {"inprocess", "sigkill", "stream"}
+    points = {c["point"] for c in safe if c["outcome"] == "protected"}
     assert points >= {"langgraph.after_put_writes", "langgraph.before_put", "langgraph.after_put", "tool.after_record"}
 
 
-def test_with_async_durability_a_model_turn_lost_before_its_tools_ran_shows_and_names_the_fix(tmp_path: Path) -> None:
+def test_with_async_durability_a_model_turn_lost_before_its_tools_ran_shows_and_names_the_fix(
+    control: dict[str, Any],
+) -> None:
     """LangGraph's default durability saves a step's checkpoint while the next step runs: a kill before the model's
     step is saved loses the AIMessage whose calls had started; the model, asked again, sends new ids. The ledger
     cannot know the new calls are the old ones: the matrix says so, and names durability='sync'."""
-    result = run_matrix(tmp_path, "test_replay_safe_async_durability")
-    asked = [
-        c for c in result["cells"] if c["outcome"] == "violation" and "invoke with durability='sync'" in c["detail"]
-    ]
-    assert asked and result["exit"] != 0, outcomes(result["cells"])
+    cells = of_test(control, "test_replay_safe_async_durability")
+    asked = [c for c in cells if c["outcome"] == "violation" and "invoke with durability='sync'" in c["detail"]]
+    assert asked, outcomes(cells)
     assert {c["point"] for c in asked} & {"langgraph.before_put", "langgraph.after_put", "langgraph.after_put_writes"}
 
 
 def test_every_wrapper_mutant_is_caught_for_its_own_reason(tmp_path: Path) -> None:
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda m: run_matrix(tmp_path, "test_replay_safe", m), LG_MUTANTS))
+        results = list(pool.map(lambda m: run_matrix(tmp_path, "test_replay_safe and not async", m), LG_MUTANTS))
     assert set(CAUSES) == set(LG_MUTANTS)
     missed = {}
     for r in results:

@@ -30,7 +30,7 @@ def test_replay_safe_tool_node(crash_run: CrashRun, effects: Effects) -> None:
     strict=False,
     reason="the before: LangGraph's bare ToolNode runs finished siblings again (--runxfail shows the violations)",
 )
-@pytest.mark.crash_matrix(framework="langgraph")
+@pytest.mark.crash_matrix(framework="langgraph", backends="sqlite,postgres")
 def test_bare_tool_node(crash_run: CrashRun, effects: Effects) -> None:
     result = crash_run.invoke(build_agent(crash_run.langgraph_checkpointer, effects), REQUEST, {"durability": "sync"})
     assert result.final_text == FINAL

@@ -71,6 +71,7 @@ def play(
         played.fault = "; ".join(filter(None, [played.fault, spoiled])) or None
         if then is not None:  # depth 2: the first resume crashes too
             again = Hit(hit.app, hit.resume_input, hit.resume_config, hit.stream, then.point, then.hit, hit.thread)
+            again.langgraph = hit.langgraph
             crash2 = mode.crash(run, again)
             if not crash2.crashed and not crash2.error:
                 played.skipped = True
