@@ -154,9 +154,9 @@ class CellDriver:
         """One ``crash_run.invoke`` (or ``stream``, ``conversation``) of a tenxgraph graph or a LangGraph app:
         clean, or crashed and resumed at this execution's hit, checked; the (resumed) result."""
         config = dict(config or {})
-        durability = config.pop("durability", None)
         if not is_langgraph_app(app):
             return self._drive(app, input, config, stream)
+        durability = config.pop("durability", None)  # (LangGraph takes it as an argument of invoke, not config)
         if isinstance(input, list):
             raise pytest.UsageError("crash_run.conversation drives tenxgraph graphs; drive a LangGraph app by invoke")
         return self._drive(LangGraphApp(app, input, self.log, durability), input, config, stream)
