@@ -80,13 +80,13 @@ def langgraph_rows(report: Path) -> dict[str, tuple[int, str, str]]:
 
 
 def _bare_matches(shown: str, now: str) -> bool:
-    """``A–B violations`` (a range: LangGraph saves a task's writes while the next step runs, so a step-boundary
+    """``A-B violations`` (a range: LangGraph saves a task's writes while the next step runs, so a step-boundary
     crash sometimes lands in the tool step), ``N violations`` (give or take one, never 0 for N > 0, nor more
     than 0 for N = 0), or ``never reached``."""
     if "never" in shown or "never" in now:
         return ("never" in shown) == ("never" in now)
     count = int(now.split()[0])
-    low, _, high = shown.split()[0].partition("–")
+    low, _, high = shown.split()[0].partition("-")
     if high:
         return int(low) <= count <= int(high)
     return (count > 0) == (int(low) > 0) and abs(count - int(low)) <= 1

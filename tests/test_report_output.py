@@ -77,8 +77,10 @@ def test_progress_counts_cells_and_estimates_the_rest() -> None:
 
 def run_examples(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    command = [sys.executable, "-m", "pytest", "examples", "-p", "no:cacheprovider", "-rfE", "--crash-matrix"]
-    command += ["--ignore=examples/langgraph_support"]  # (its closing lines: tests/test_langgraph.py)
+    # two examples: a sequential and a parallel agent (every example's matrix runs in `make demo`; the LangGraph
+    # example's closing lines are checked in tests/test_langgraph.py)
+    command = [sys.executable, "-m", "pytest", "examples/support_refund", "examples/parallel_tools"]
+    command += ["-p", "no:cacheprovider", "-rfE", "--crash-matrix"]
     command += ["--crash-backends=memory,sqlite", *args]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 

@@ -16,7 +16,7 @@ from pytest_replaysafe import CrashRun, Effects, ReplaySafetyViolation
 REQUEST = {"messages": [("user", "refund 1042, tell the customer, open a ticket")]}
 
 
-@pytest.mark.crash_matrix(framework="langgraph")
+@pytest.mark.crash_matrix(framework="langgraph", backends="memory,sqlite,postgres")
 def test_replay_safe_tool_node(crash_run: CrashRun, effects: Effects) -> None:
     app = build_agent(crash_run.langgraph_checkpointer, effects, ledger=crash_run.checkpointer)
     result = crash_run.invoke(app, REQUEST, {"durability": "sync"})
