@@ -13,6 +13,8 @@ import re
 import sys
 from pathlib import Path
 
+from tenxgraph.core.crashpoints import LANGGRAPH_POINTS
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "crash-matrix.md"
 #: The depth-2 closing line as the docs show it (the "possible" count may differ by a few between runs: how far a
 #: resume's parallel calls get before each later crash point is the threads' race).
@@ -49,15 +51,6 @@ def check_depth2(report: Path) -> list[str]:
 
 
 LANGGRAPH_DOC = DOC.parent / "langgraph.md"
-LG_POINTS = (
-    "tool.before_invoke",
-    "tool.in_flight",
-    "tool.after_return",
-    "tool.after_record",
-    "langgraph.after_put_writes",
-    "langgraph.before_put",
-    "langgraph.after_put",
-)
 LG_ROW = re.compile(r"^\| `(?P<point>[a-z_.]+)` \| (?P<cells>\d+) \| (?P<bare>[^|]+) \| (?P<safe>[^|]+) \|", re.M)
 
 
@@ -66,7 +59,7 @@ def langgraph_rows(report: Path) -> dict[str, tuple[int, str, str]]:
     ToolNode showed (violations, vacuous) and what ReplaySafeToolNode showed (violations, known gaps)."""
     cells = [c for c in json.loads(report.read_text())["cells"] if c["mode"] == "inprocess"]
     rows = {}
-    for point in LG_POINTS:
+    for point in LANGGRAPH_POINTS:
         bare = [c for c in cells if c["point"] == point and "test_bare_tool_node" in c["test"]]
         safe = [c for c in cells if c["point"] == point and "test_replay_safe_tool_node" in c["test"]]
 

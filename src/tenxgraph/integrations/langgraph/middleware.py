@@ -6,13 +6,11 @@ recorded call)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Unpack
 
-from tenxgraph.core.tools.tool import Reconcile
-from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls
+from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls, ToolCallsOptions
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
-from tenxgraph.utils.constants import TOOL_TIMEOUT
 
 try:
     from langchain.agents.middleware import AgentMiddleware
@@ -29,19 +27,9 @@ class ReplaySafeMiddleware(AgentMiddleware):
     """``create_agent`` middleware whose ``wrap_tool_call`` / ``awrap_tool_call`` run each call through the ledger
     (see :class:`ReplaySafeToolCalls` for the arguments)."""
 
-    def __init__(
-        self,
-        ledger: BaseCheckpointer,
-        *,
-        tool_timeout: float | None = TOOL_TIMEOUT,
-        effects: Mapping[str, str] | None = None,
-        on_in_doubt: Mapping[str, str] | None = None,
-        reconcile: Mapping[str, Reconcile] | None = None,
-    ) -> None:
+    def __init__(self, ledger: BaseCheckpointer, **options: Unpack[ToolCallsOptions]) -> None:
         super().__init__()
-        self.calls = ReplaySafeToolCalls(
-            ledger, tool_timeout=tool_timeout, effects=effects, on_in_doubt=on_in_doubt, reconcile=reconcile
-        )
+        self.calls = ReplaySafeToolCalls(ledger, **options)
 
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         return self.calls.wrap_tool_call(request, handler)

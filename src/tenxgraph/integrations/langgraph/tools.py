@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
@@ -63,6 +63,15 @@ def current_idempotency_key() -> str | None:
     the key reaches the tool this way, not as an argument.)"""
     call = current_tool_call()
     return call.idempotency_key if call is not None and call.key is not None else None
+
+
+class ToolCallsOptions(TypedDict, total=False):
+    """What :class:`ReplaySafeToolCalls` takes besides the ledger (its middleware passes them on)."""
+
+    tool_timeout: float | None
+    effects: Mapping[str, str] | None
+    on_in_doubt: Mapping[str, str] | None
+    reconcile: Mapping[str, Reconcile] | None
 
 
 class ReplaySafeToolCalls:
