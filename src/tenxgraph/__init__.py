@@ -11,7 +11,8 @@ from tenxgraph.core.graph import (
     ToolNode,
     ToolOutput,
 )
-from tenxgraph.core.tools.context import ToolContext, current_tool_call
+from tenxgraph.core.tools.context import ToolContext, current_tool_call, interrupt
+from tenxgraph.core.tools.interrupts import GraphInterrupt, Interrupt, Resume
 from tenxgraph.core.tools.tool import tool
 from tenxgraph.models import Reply, ScriptedModel
 from tenxgraph.prebuilt import ReactAgent
@@ -21,6 +22,7 @@ from tenxgraph.utils.errors import (
     ConfigError,
     GraphRecursionError,
     IntentWriteError,
+    InterruptDecidedError,
     LedgerReadError,
     NodeTimeoutError,
     RunLockLostError,
@@ -39,14 +41,18 @@ __all__ = [
     "BaseCheckpointer",
     "CompiledGraph",
     "ConfigError",
+    "GraphInterrupt",
     "GraphRecursionError",
     "InMemoryCheckpointer",
     "IntentWriteError",
+    "Interrupt",
+    "InterruptDecidedError",
     "LedgerReadError",
     "Message",
     "NodeTimeoutError",
     "ReactAgent",
     "Reply",
+    "Resume",
     "RunLockLostError",
     "RunResult",
     "ScriptedModel",
@@ -65,6 +71,7 @@ __all__ = [
     "ToolResultBlock",
     "ToolTimeoutError",
     "current_tool_call",
+    "interrupt",
     "tool",
 ]
 

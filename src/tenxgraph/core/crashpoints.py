@@ -120,6 +120,19 @@ POINTS: tuple[CrashPoint, ...] = (
         "the node's output and the next node are persisted",
         "tenxgraph.core.graph.compiled",
     ),
+    # Pauses for a person (approvals, interrupt()): the approved call itself goes through the tool points above.
+    CrashPoint(
+        "approval.after_pause",
+        "crash",
+        "the run paused for a person: its interrupts are stored (status interrupted); the caller has no answer yet",
+        "tenxgraph.core.graph.compiled",
+    ),
+    CrashPoint(
+        "approval.after_decision",
+        "crash",
+        "a Resume's decisions are recorded in the ledger; the run has not gone on",
+        "tenxgraph.core.graph.pauses",
+    ),
     # A LangGraph app under the crash matrix: its saver's writes (fired by the harness's saver wrapper).
     CrashPoint(
         "langgraph.after_put_writes",
@@ -135,6 +148,9 @@ POINTS: tuple[CrashPoint, ...] = (
 #: The points of a LangGraph app (``@pytest.mark.crash_matrix(framework="langgraph")``): LangGraph's step
 #: boundaries, and those around each tool call that a LangGraph tool node reaches (the watcher of a bare
 #: ``ToolNode`` fires ``tool.before_invoke`` and ``tool.after_return``; ``ReplaySafeToolNode`` all of them).
+#: The points of pauses for a person: a test reaches them only where its agent pauses, so they join a test's
+#: cells where it uses the ``approvals`` fixture (the person the harness plays).
+APPROVAL_POINTS = ("approval.after_pause", "approval.after_decision")
 LANGGRAPH_POINTS = (
     "tool.before_invoke",
     "tool.in_flight",

@@ -13,7 +13,7 @@ from typing import Any, Literal, Self, TypeAlias
 from tenxgraph.state.messages import JSON, Message
 from tenxgraph.utils.errors import SerializationError
 
-RunStatus: TypeAlias = Literal["idle", "running", "done", "error"]
+RunStatus: TypeAlias = Literal["idle", "running", "done", "error", "interrupted"]
 
 
 @dataclass(slots=True)
@@ -26,6 +26,10 @@ class ExecutionMeta:
     error: str | None = None
     #: How often a server's recovery has resumed this interrupted thread (see ``tenxgraph.server.recovery``).
     recoveries: int = 0
+    #: The pauses the current node asked for (``Interrupt.to_dict()``): kept until that node completes, so that
+    #: their answers (in the ledger) are found again by every run that re-runs it. Status ``interrupted``: the run
+    #: stopped to wait for them.
+    interrupts: list[dict[str, JSON]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, JSON]:
         out: dict[str, JSON] = {
@@ -36,6 +40,8 @@ class ExecutionMeta:
         }
         if self.recoveries:
             out["recoveries"] = self.recoveries
+        if self.interrupts:
+            out["interrupts"] = list(self.interrupts)
         return out
 
     @classmethod
@@ -46,6 +52,7 @@ class ExecutionMeta:
             status=data.get("status", "idle"),
             error=data.get("error"),
             recoveries=int(data.get("recoveries") or 0),
+            interrupts=list(data.get("interrupts") or []),
         )
 
 

@@ -7,6 +7,7 @@ __all__ = [
     "GraphBuildError",
     "GraphRecursionError",
     "IntentWriteError",
+    "InterruptDecidedError",
     "LedgerReadError",
     "NodeTimeoutError",
     "ProviderUnavailableError",
@@ -136,6 +137,19 @@ class LedgerReadError(TenxGraphError):
             f"thread {thread_id!r}: the ledger could not be read ({type(cause).__name__}: {cause}), and tool(s) "
             f"{', '.join(map(repr, tools))} have an in-doubt policy: they never run without knowing whether they "
             "ran, so no call of the message ran; the thread stays resumable: invoke it again"
+        )
+
+
+class InterruptDecidedError(ConfigError):
+    """A Resume gave an interrupt a decision other than the one recorded for it: one decision per interrupt, ever.
+    (The same decision again is answered as the thread stands: nothing runs twice.)"""
+
+    def __init__(self, thread_id: str, interrupt_id: str, recorded: object, given: object) -> None:
+        self.thread_id, self.interrupt_id, self.recorded, self.given = thread_id, interrupt_id, recorded, given
+        super().__init__(
+            f"thread {thread_id!r}: interrupt {interrupt_id!r} was already decided ({recorded!r}); a second, "
+            f"different decision ({given!r}) is refused and nothing ran. Send the recorded decision again to get "
+            "the thread's result, or start a new request"
         )
 
 

@@ -6,6 +6,9 @@ Order of persistence, per step:
 2. the node runs (under ``node_timeout``);
 3. its messages, its state update and the next node are stored in one compare-and-swap write: only now does
    the run advance.
+A node that pauses for a person (an approval, ``interrupt()``) stores its interrupts instead, with status
+``interrupted``, and stays current; ``Resume`` records the answers in the ledger (:mod:`.pauses`) and runs it again.
+(Past the ~350-line guide: the run loop, its persistence order and its pauses read top to bottom in one place.)
 Every write carries the version this run last read or wrote; it is never refreshed from storage mid-run, so a
 concurrent run on the same thread makes one of them fail with ``StaleStateError`` instead of interleaving.
 """
@@ -16,15 +19,17 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.compile_checks import check_transactional, is_async, with_in_doubt_default
 from tenxgraph.core.graph.graph_spec import GraphSpec
 from tenxgraph.core.graph.message_cache import MessageCache
+from tenxgraph.core.graph.pauses import asked_of, load_decisions, record_decisions, waiting
 from tenxgraph.core.graph.results import RunResult, StreamEvent
 from tenxgraph.core.tools.config import RunConfig
 from tenxgraph.core.tools.context import RunContext, running_node
+from tenxgraph.core.tools.interrupts import GraphInterrupt, Interrupt, Pauses, Resume
 from tenxgraph.state.messages import Message
 from tenxgraph.state.state import AgentState
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, RunLockSession, hold_run_lock
@@ -33,6 +38,9 @@ from tenxgraph.utils.constants import END, LOGGER_NAME
 from tenxgraph.utils.errors import ConfigError, GraphBuildError, GraphRecursionError, NodeTimeoutError, RunLockLostError
 from tenxgraph.utils.events import emit_event
 from tenxgraph.utils.sync import run_sync, to_thread
+
+Input = Mapping[str, Any] | Resume | None
+"""A run's input: new messages and values, a :class:`Resume` answering a paused thread, or None (resume)."""
 
 log = logging.getLogger(LOGGER_NAME)
 S = TypeVar("S", bound=AgentState)
@@ -70,26 +78,25 @@ class CompiledGraph(Generic[S]):
         return clone
 
     # -- public API -------------------------------------------------------------------------------------
-    async def ainvoke(self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> RunResult[S]:
-        """Run the thread to the end: start it, continue it with new input, or resume an interrupted run."""
+    async def ainvoke(self, input: Input, config: Mapping[str, Any] | None = None) -> RunResult[S]:
+        """Run the thread to the end (or to a pause: status ``interrupted``, ``result.interrupts``): start it,
+        continue it with new input, resume an interrupted run, or answer a paused one with :class:`Resume`."""
         result: RunResult[S] | None = None
         async for event in self._run(input, RunConfig.parse(config)):
             result = event.result
         assert result is not None
         return result
 
-    def invoke(self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> RunResult[S]:
+    def invoke(self, input: Input, config: Mapping[str, Any] | None = None) -> RunResult[S]:
         return run_sync(self.ainvoke(input, config))
 
-    async def astream(
-        self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None
-    ) -> AsyncGenerator[StreamEvent, None]:
+    async def astream(self, input: Input, config: Mapping[str, Any] | None = None) -> AsyncGenerator[StreamEvent, None]:
         """Like ``ainvoke`` (the same run loop and ledger), yielding an event per finished node and a final one
         with the result. A replayed tool result shows as ``event.replayed``."""
         async for event in self._run(input, RunConfig.parse(config)):
             yield event
 
-    def stream(self, input: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> Iterator[StreamEvent]:
+    def stream(self, input: Input, config: Mapping[str, Any] | None = None) -> Iterator[StreamEvent]:
         agen = self.astream(input, config)
 
         async def step() -> StreamEvent:
@@ -150,8 +157,9 @@ class CompiledGraph(Generic[S]):
                 f"fields: {sorted(self._fields)}"
             )
 
-    async def _run(self, input: Mapping[str, Any] | None, cfg: RunConfig) -> AsyncIterator[StreamEvent]:
-        new_messages, new_values = self._parse_input(input)
+    async def _run(self, input: Input, cfg: RunConfig) -> AsyncIterator[StreamEvent]:
+        resume = input if isinstance(input, Resume) else None
+        new_messages, new_values = self._parse_input(input if not isinstance(input, Resume) else None)
         after = self.message_cache.after(self.checkpointer, cfg.thread_id)  # a turn reads only newer messages
         async with hold_run_lock(  # one run per thread at a time
             self.checkpointer, cfg.thread_id, cfg.lock_timeout, messages_after=after
@@ -160,7 +168,7 @@ class CompiledGraph(Generic[S]):
             tid = cfg.thread_id
             snap = await cp.aget_thread(tid)
             if snap is None:
-                if input is None:
+                if input is None or resume is not None:
                     raise ConfigError(f"thread {tid!r} has no stored run to resume; pass input to start one")
                 state, version = self.state_schema(), 0
             else:
@@ -168,21 +176,9 @@ class CompiledGraph(Generic[S]):
                 version = snap.version
             seen = {m.message_id for m in state.messages}
             run = _Run(self, cfg, state, version, seen, session)
-
-            meta = state.meta
-            if meta.status in ("running", "error") and meta.current_node not in (None, END):
-                emit_event("run_resumed", logging.INFO, thread_id=tid, node=meta.current_node, status=meta.status)
-                run.resuming = True
-                async for event in run.loop(last=not (new_messages or new_values)):
-                    yield event
-            fresh = run.unseen(new_messages, "input")
-            if fresh or new_values:
-                await run.start(fresh, new_values)
-                async for event in run.loop(last=True):
-                    yield event
-            yield StreamEvent(
-                END, run.state.meta.step, result=RunResult(tid, run.state, run.version, cfg.thread_id_generated)
-            )
+            async for event in run.walk(resume, new_messages, new_values):
+                yield event
+            yield StreamEvent(END, run.state.meta.step, result=run.result())
 
     def _next(self, node: str, state: S) -> str:
         if node in self.edges:
@@ -214,6 +210,51 @@ class _Run(Generic[S]):
         self.session = session
         self.steps = 0
         self.resuming = False  # the next node is the one an interrupted run left unfinished
+        #: Answers to the thread's interrupts (read from the ledger), and this run's interrupt() calls.
+        self.pauses = Pauses()
+        self.asked: list[Interrupt] = asked_of(state.meta.interrupts)
+        self.paused = False  # this run stopped at a pause
+
+    async def walk(
+        self, resume: Resume | None, messages: list[Message], values: dict[str, Any]
+    ) -> AsyncIterator[StreamEvent]:
+        """Finish what the thread left (a crashed run, a failed node, a pause whose answers are in), then run the
+        new input. A thread that waits for a person runs nothing until every interrupt is answered."""
+        cp, tid, meta = self.graph.checkpointer, self.cfg.thread_id, self.state.meta
+        ids = [i.id for i in self.asked] + (list(resume.decisions) if resume is not None else [])
+        if ids:
+            self.pauses.decisions.update(await load_decisions(cp, tid, ids))
+        if resume is not None:
+            await record_decisions(cp, tid, resume, self.asked, self.pauses.decisions)
+        if meta.status == "interrupted":
+            pending = waiting(self.asked, self.pauses.decisions)
+            if pending and (messages or values):
+                raise ConfigError(
+                    f"thread {tid!r} waits for a person's answer to interrupt(s) {[i.id for i in pending]}; answer "
+                    "them with Resume({id: ...}) before sending new input (reject an approval with False)"
+                )
+            if pending:
+                return  # still waiting: nothing runs, nothing is written
+            meta.status = "running"  # every answer is in: a crash from here on is a crash mid-run (recovery's)
+            await self._write([])
+        elif meta.status in ("running", "error") and meta.current_node not in (None, END):
+            emit_event("run_resumed", logging.INFO, thread_id=tid, node=meta.current_node, status=meta.status)
+            self.resuming = True
+        if meta.status in ("running", "error") and meta.current_node not in (None, END):
+            async for event in self.loop(last=not (messages or values)):
+                yield event
+            if self.paused:
+                return
+        fresh = self.unseen(messages, "input")
+        if fresh or values:
+            await self.start(fresh, values)
+            async for event in self.loop(last=True):
+                yield event
+
+    def result(self) -> RunResult[S]:
+        pending = waiting(self.asked, self.pauses.decisions) if self.state.meta.status == "interrupted" else []
+        cfg = self.cfg
+        return RunResult(cfg.thread_id, self.state, self.version, cfg.thread_id_generated, interrupts=pending)
 
     def unseen(self, messages: list[Message], source: str) -> list[Message]:
         """The messages the thread does not hold yet. One it holds already is skipped (a retried request, a
@@ -263,13 +304,19 @@ class _Run(Generic[S]):
                     f"graph for a loop, or resume with invoke(None, {{'thread_id': ..., 'recursion_limit': N}})"
                 )
             crash_point("run.before_node")
-            update = await self._execute(node)
+            try:
+                update = await self._execute(node)
+            except GraphInterrupt as paused:
+                await self._pause(node, paused.interrupts)
+                return
             messages, values = self._apply(node, update)
             nxt = graph._next(node, self.state)
             meta.step += 1
             meta.current_node = None if nxt == END else nxt
             meta.status = "done" if nxt == END else "running"
             meta.error = None
+            meta.interrupts = []  # the node is done: its pauses are answered and over
+            self.asked = []
             if last and nxt == END:  # the run's last write: the run lock may go in the same round trip
                 self.session.next_write_is_last()
             crash_point("node.after_complete")  # (after the hint: a lock released early shows in a contest here)
@@ -278,16 +325,36 @@ class _Run(Generic[S]):
             self.steps += 1
             yield StreamEvent(node, meta.step, messages, values)
 
+    async def _pause(self, node: str, interrupts: list[Interrupt]) -> None:
+        """Store the node's interrupts (those asked before and answered stay: their answers are read again when
+        it re-runs) with status ``interrupted``; the node stays current, and the run stops here."""
+        meta = self.state.meta
+        for interrupt in interrupts:
+            if all(i.id != interrupt.id for i in self.asked):
+                self.asked.append(interrupt)
+        meta.interrupts = [i.to_dict() for i in self.asked]
+        meta.status = "interrupted"
+        meta.error = None
+        await self._write([])
+        self.paused = True
+        pending = [i.id for i in waiting(self.asked, self.pauses.decisions)]
+        emit_event("run_paused", logging.INFO, thread_id=self.cfg.thread_id, node=node, interrupts=pending)
+        crash_point("approval.after_pause")
+
     async def _execute(self, node: str) -> Any:
         graph, cfg = self.graph, self.cfg
         fn = graph.nodes[node]
         view = dataclasses.replace(self.state, messages=list(self.state.messages))
-        ctx = RunContext(cfg, graph.checkpointer, node, self.resuming)
+        self.pauses.step = self.state.meta.step
+        self.pauses.raised.clear()
+        ctx = RunContext(cfg, graph.checkpointer, node, self.resuming, self.pauses)
         self.resuming = False
         try:
             with running_node(ctx):
                 async with asyncio.timeout(cfg.node_timeout) as limit:
-                    return await (fn(view) if graph._async_nodes[node] else to_thread(fn, view))
+                    update = await (fn(view) if graph._async_nodes[node] else to_thread(fn, view))
+        except GraphInterrupt:
+            raise  # a pause, not a failure: the loop stores it
         except TimeoutError as exc:
             if not limit.expired():
                 await self._fail(node, exc)
@@ -295,8 +362,12 @@ class _Run(Generic[S]):
             await self._fail(node, NodeTimeoutError(node, cfg.node_timeout))
         except Exception as exc:
             await self._fail(node, exc)
+        if self.pauses.raised:  # the node (or a tool) caught its interrupt(): the run pauses all the same
+            log.warning("node %r caught the GraphInterrupt of interrupt(); let it pass (the run pauses anyway)", node)
+            raise GraphInterrupt(list(self.pauses.raised))
+        return update
 
-    async def _fail(self, node: str, exc: Exception) -> None:
+    async def _fail(self, node: str, exc: Exception) -> NoReturn:
         """Store the error (the node stays current, so a resume retries it), then re-raise. A run that lost its
         lock stores nothing: the thread is another run's now, and it stays resumable as it is."""
         if isinstance(exc, RunLockLostError):

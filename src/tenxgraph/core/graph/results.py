@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from tenxgraph.core.tools.interrupts import Interrupt
 from tenxgraph.state.messages import Message
 from tenxgraph.state.state import AgentState
 
@@ -13,12 +14,16 @@ S = TypeVar("S", bound=AgentState)
 
 @dataclass(slots=True)
 class RunResult(Generic[S]):
-    """What ``invoke`` returns: the thread's state after the run, and the thread id (generated if none given)."""
+    """What ``invoke`` returns: the thread's state after the run, and the thread id (generated if none given);
+    a run that paused for a person has status ``interrupted`` and lists what it waits for in ``interrupts``."""
 
     thread_id: str
     state: S
     version: int
     thread_id_generated: bool = False
+    #: Status ``interrupted``: what the thread waits for (approvals, ``interrupt()`` questions), each answered
+    #: with ``app.invoke(Resume({interrupt.id: decision}), config)``.
+    interrupts: list[Interrupt] = field(default_factory=list)
 
     @property
     def messages(self) -> list[Message]:

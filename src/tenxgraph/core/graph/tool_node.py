@@ -46,6 +46,7 @@ class ToolNode:
             tool_timeout=ctx.config.tool_timeout,
             resumed=ctx.resumed,
             node=ctx.node,
+            pauses=ctx.pauses,
         )
         update: dict[str, Any] = {}
         for execution in executions:  # in call order: a later call's field update wins

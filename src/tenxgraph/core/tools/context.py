@@ -12,9 +12,11 @@ import contextlib
 import contextvars
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tenxgraph.core.tools.config import RunConfig
+from tenxgraph.core.tools.interrupts import QUESTION, Interrupt, Pauses, call_interrupt_id, node_interrupt_id
+from tenxgraph.state.messages import JSON
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
 
@@ -25,6 +27,8 @@ class RunContext:
     node: str
     #: This node is the one a crashed or failed run left unfinished, run again by a resume.
     resumed: bool = False
+    #: The run's answers to interrupts, and the places of this attempt's ``interrupt()`` calls.
+    pauses: Pauses = field(default_factory=Pauses)
 
     @property
     def thread_id(self) -> str:
@@ -106,3 +110,32 @@ def running_call(info: ToolCallInfo) -> Iterator[None]:
         yield
     finally:
         _scope.reset(token)
+
+
+def interrupt(value: JSON = None) -> JSON:
+    """Pause the run until a person answers: in a node or a tool body, ``answer = interrupt({"question": ...})``.
+
+    The first time, the run stops (status ``interrupted``; ``result.interrupts`` lists this one with *value*) and
+    the thread waits, durably, across restarts. ``app.invoke(Resume({id: answer}), config)`` records the answer
+    and runs the node (or tool call) again from its start: this time ``interrupt`` returns the answer. Code before
+    it runs again, so put effects after it (or in tools, which the ledger protects). A node may pause several
+    times: each ``interrupt()`` is told apart by its place in the node (keep their order stable)."""
+    scope = _scope.get()
+    if scope is None or scope.run is None:
+        raise RuntimeError("interrupt() pauses a run: call it inside a node or a tool of a compiled graph")
+    run, call, pauses = scope.run, scope.call, scope.run.pauses
+    if call is not None:
+        index = pauses.next_index(call.execution_id)
+        asked = Interrupt(
+            call_interrupt_id(call.execution_id, index),
+            QUESTION,
+            value,
+            tool=call.tool,
+            message_id=call.message_id,
+            call_id=call.call_id,
+            node=run.node,
+        )
+    else:
+        index = pauses.next_index(f"node:{run.node}:{pauses.step}")
+        asked = Interrupt(node_interrupt_id(run.node, pauses.step, index), QUESTION, value, node=run.node)
+    return pauses.ask(asked)

@@ -14,6 +14,7 @@ from typing import Any, Literal, Union, get_args, get_origin, overload
 
 from tenxgraph.core.tools.context import ToolCallInfo
 from tenxgraph.core.tools.effects import Effect
+from tenxgraph.core.tools.interrupts import ApprovalRule
 from tenxgraph.state.messages import JSON
 
 
@@ -79,6 +80,7 @@ def tool(
     on_in_doubt: str | None = None,
     reconcile: Reconcile | None = None,
     effect: Effect | str | None = None,
+    approval: ApprovalRule = False,
 ) -> Tool: ...
 
 
@@ -91,6 +93,7 @@ def tool(
     on_in_doubt: str | None = None,
     reconcile: Reconcile | None = None,
     effect: Effect | str | None = None,
+    approval: ApprovalRule = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -102,6 +105,7 @@ def tool(
     on_in_doubt: str | None = None,
     reconcile: Reconcile | None = None,
     effect: Effect | str | None = None,
+    approval: ApprovalRule = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a :class:`Tool` (plain functions keep working without it)::
 
@@ -133,10 +137,16 @@ def tool(
       plain function getting a ``sqlite3.Connection`` (it runs in a worker thread, inside ``BEGIN IMMEDIATE``); on
       PostgreSQL an ``async def`` getting a ``psycopg.AsyncConnection``. A checkpointer that cannot do it, or a
       tool of the other kind, is an error when the graph is compiled.
+
+    ``approval`` makes a person say yes first: ``True`` for every call, or a predicate on the call's arguments
+    (``approval=lambda args: args["amount"] > 100``). A call that needs it does not run: the run pauses (status
+    ``interrupted``, ``result.interrupts``) until ``Resume({id: True | False | "reason"})`` answers. An approved
+    call runs once; a rejected one never (the model is told, and that answer is recorded). See docs/approvals.md.
     """
 
     def make(f: Callable[..., Any]) -> Tool:
-        return Tool.from_function(f, name, description, on_in_doubt, reconcile, effect)
+        made = Tool.from_function(f, name, description, on_in_doubt, reconcile, effect)
+        return dataclasses.replace(made, approval=check_approval(made.name, approval))
 
     return make(fn) if fn is not None else make
 
@@ -195,6 +205,16 @@ Reconcile = Callable[[str, dict[str, JSON]], Any]
 """``reconcile(idempotency_key, args)``: the call's result if it did happen (asked of the provider), else None."""
 
 
+def check_approval(name: str, approval: object) -> ApprovalRule:
+    """``approval=`` checked: a bool or a predicate on the arguments."""
+    if isinstance(approval, bool) or callable(approval):
+        return approval
+    raise TypeError(
+        f"tool {name!r}: approval={approval!r} is invalid; use True, False, or a predicate on the call's "
+        "arguments (approval=lambda args: args['amount'] > 100)"
+    )
+
+
 def check_policy(on_in_doubt: str | None, reconcile: Reconcile | None, effect: Effect | str | None) -> Effect | None:
     """A tool's in-doubt policy and effect class checked together (a clear error for a bad pair); its effect."""
     if on_in_doubt is not None and on_in_doubt not in (*IN_DOUBT_POLICIES, IN_DOUBT_OFF):
@@ -236,6 +256,8 @@ class Tool:
     on_in_doubt: str | None = None
     reconcile: Reconcile | None = None
     effect: Effect | None = None
+    #: Whether a call needs a person's approval before it runs: always, never, or by its arguments.
+    approval: ApprovalRule = False
 
     @classmethod
     def from_function(
@@ -327,6 +349,13 @@ class Tool:
         if (self.effect is not None and self.effect.may_run_again) or self.on_in_doubt == IN_DOUBT_OFF:
             return None
         return self.on_in_doubt or ("fail" if self.effect is Effect.EXTERNAL else None)
+
+    def needs_approval(self, args: dict[str, JSON]) -> bool:
+        """Whether a call with *args* must be approved before it runs (a predicate that raises stops the node:
+        the thread stays resumable, and nothing ran)."""
+        if isinstance(self.approval, bool):
+            return self.approval
+        return bool(self.approval(dict(args)))
 
     @property
     def recorded(self) -> bool:

@@ -337,7 +337,9 @@ async def hold_run_lock(
         await lock.__aexit__(None, None, None)
 
 
-RESUMABLE_STATUSES = ("running", "error")
+#: Statuses of a thread whose ledger a later run still reads (pruning keeps its records): a run on it now or
+#: interrupted by a crash (``running``), a failed node (``error``), a pause waiting for a person (``interrupted``).
+RESUMABLE_STATUSES = ("running", "error", "interrupted")
 _local_locks_guard = threading.Lock()
 
 

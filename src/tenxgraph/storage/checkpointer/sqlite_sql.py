@@ -52,7 +52,7 @@ DELETE FROM tool_executions WHERE rowid IN (
     WHERE te.created_at < ?
       AND (? OR NOT EXISTS (
           SELECT 1 FROM threads t
-          WHERE t.thread_id = te.thread_id AND json_extract(t.state, '$.meta.status') IN (?, ?)))
+          WHERE t.thread_id = te.thread_id AND json_extract(t.state, '$.meta.status') IN (?, ?, ?)))
     LIMIT ?)
 """
 

@@ -28,14 +28,13 @@ async def write_intent(call: LedgerCall, checkpointer: BaseCheckpointer) -> None
     """Before an opted-in tool runs: a ``started`` record, so a resume can tell the call is in doubt. If it cannot
     be written, the tool does not run (:class:`IntentWriteError` stops the run; the thread stays resumable): run
     without it, and a crash during the call, or a refused record write after it, would go undetected."""
-    assert call.key is not None
+    assert call.intent_key is not None
     thread_id = call.info.thread_id
     try:
-        await checkpointer.aput_tool_intent(
-            thread_id, call.key, {"v": RECORD_VERSION, "kind": "intent", "tool": call.name, "call_id": call.block.id}
-        )
+        intent: dict[str, JSON] = {"v": RECORD_VERSION, "kind": "intent", "tool": call.name, "call_id": call.block.id}
+        await checkpointer.aput_tool_intent(thread_id, call.intent_key, intent)
     except Exception as exc:
-        raise IntentWriteError(call.name, call.key, thread_id, exc) from exc
+        raise IntentWriteError(call.name, call.intent_key, thread_id, exc) from exc
 
 
 async def resolve_in_doubt(call: LedgerCall, args: dict[str, JSON]) -> Decision:

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from tenxgraph.core.crashpoints import crash_point
+from tenxgraph.core.graph.utils.approvals import attempt_of, check_approvals
 from tenxgraph.core.graph.utils.in_doubt import resolve_in_doubt, write_intent
 from tenxgraph.core.graph.utils.instrument import BatchTurns, batch_turns, notify
 from tenxgraph.core.graph.utils.ledger_record import (
@@ -52,6 +53,7 @@ from tenxgraph.core.graph.utils.record_batch import RecordBatch
 from tenxgraph.core.graph.utils.transactional import run_transactional
 from tenxgraph.core.tools.context import ToolCallInfo, running_call
 from tenxgraph.core.tools.effects import Effect
+from tenxgraph.core.tools.interrupts import GraphInterrupt, Pauses
 from tenxgraph.core.tools.tool import Tool, ToolArgumentError, ToolOutput
 from tenxgraph.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
@@ -161,26 +163,38 @@ async def invoke_tool_calls(
     tool_timeout: float | None = TOOL_TIMEOUT,
     resumed: bool = False,
     node: str | None = None,
+    pauses: Pauses | None = None,
 ) -> list[ToolExecution]:
     """Run (or replay) every tool call of *message* on *thread_id*'s ledger in *checkpointer*; results come back in
     call order. *resumed*: the caller is re-running a node a crashed run left unfinished (its calls without a
-    record are reported as run again; *node* names it in that event)."""
+    record are reported as run again; *node* names it in that event). *pauses*: the run's answers to interrupts
+    (approvals, ``interrupt()`` in tool bodies); a call that waits for one raises :class:`GraphInterrupt`."""
     if not message.tool_calls:
         return []
+    pauses = pauses if pauses is not None else Pauses()
     crash_point("tool.before_ledger_read")
-    calls = ledger_calls(message, tools, thread_id)
+    calls = [replace(c, attempt=attempt_of(c, pauses)) for c in ledger_calls(message, tools, thread_id)]
     batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools))
     records = await _read_ledger(batch, [c for c in calls if c.key is not None])  # 2. check
-    answers: list[ToolExecution | None] = []
+    answers: dict[int, ToolExecution] = {}
     to_run: list[LedgerCall] = []
     for call in calls:
         record = records.get(call.key) if call.key is not None else None
         if record is not None and call.key is not None and record.get("kind") != "intent":
             emit_event("tool_replayed", logging.INFO, thread_id=thread_id, tool=call.name, key=call.key)
-            answers.append(decode_record(call.block, call.key, record))  # recorded: the body never runs
+            answers[call.info.index] = decode_record(call.block, call.key, record)  # recorded: the body never runs
             continue
-        answers.append(None)
-        to_run.append(replace(call, in_doubt=record is not None))
+        intent = records.get(call.intent_key) if call.intent_key is not None else None
+        to_run.append(replace(call, in_doubt=intent is not None))
+    approvals = check_approvals(to_run, pauses, node)  # 2b. a person says yes first, where a tool asks for it
+    for call, rejected in approvals.rejected:  # never runs: its rejection is its recorded answer
+        emit_event("tool_rejected", logging.INFO, thread_id=thread_id, tool=call.name, key=call.key)
+        notify("rejected", call.info, rejected.result.output, True)
+        answers[call.info.index] = await _record(batch, call, rejected) if call.key is not None else rejected
+    if approvals.waiting:  # while one call waits, none of the batch runs
+        emit_event("approval_waiting", logging.INFO, thread_id=thread_id, ids=[i.id for i in approvals.waiting])
+        raise GraphInterrupt(approvals.waiting)
+    to_run = approvals.runnable
     if resumed and to_run:  # a resumed node: a crashed run may have started these calls already
         again = [f"{c.name} ({c.key or 'no key'})" for c in to_run if not c.in_doubt]
         if again:
@@ -194,8 +208,14 @@ async def invoke_tool_calls(
         batch = replace(
             batch, records=RecordBatch(checkpointer, thread_id), turns=batch_turns([c.info for c in to_run])
         )
-    ran = iter(await _gather([asyncio.ensure_future(_run_one(batch, call)) for call in to_run]))
-    return [answer if answer is not None else next(ran) for answer in answers]
+    ran = await _gather([asyncio.ensure_future(_run_one(batch, call)) for call in to_run])
+    paused = [i for r in ran if isinstance(r, GraphInterrupt) for i in r.interrupts]
+    if paused:  # a body asked a person (interrupt()): its siblings are recorded, the run pauses
+        raise GraphInterrupt(paused)
+    for call, execution in zip(to_run, ran, strict=True):
+        assert isinstance(execution, ToolExecution)
+        answers[call.info.index] = execution
+    return [answers[index] for index in range(len(calls))]
 
 
 async def invoke_tool_call(
@@ -220,14 +240,17 @@ async def invoke_tool_call(
         return decode_record(call.block, call.key, record)
     call = replace(call, in_doubt=record is not None)
     await _write_intents(batch, [call])
-    return await _run_one(batch, call)
+    execution = await _run_one(batch, call)
+    if isinstance(execution, GraphInterrupt):
+        raise execution
+    return execution
 
 
 # -- 2. check: one batched read before anything runs -------------------------------------------------------
 async def _read_ledger(batch: Batch, calls: list[LedgerCall]) -> dict[str, JSON]:
     if not calls:
         return {}
-    keys = list(dict.fromkeys(c.key for c in calls if c.key is not None))
+    keys = list(dict.fromkeys(k for c in calls for k in (c.key, c.intent_key) if k is not None))
     try:
         crash_point("ledger.read_error")
         return await batch.checkpointer.aget_tool_results(batch.thread_id, keys)
@@ -240,13 +263,8 @@ async def _read_ledger(batch: Batch, calls: list[LedgerCall]) -> dict[str, JSON]
         for call in calls:
             log.warning(
                 "ledger read failed (%s: %s); running tool %r without replay protection (key %r, thread %r): "
-                "skipping a tool that never ran is worse",
-                type(exc).__name__,
-                exc,
-                call.name,
-                call.key,
-                batch.thread_id,
-            )
+                "skipping a tool that never ran is worse", type(exc).__name__, exc, call.name, call.key, batch.thread_id
+            )  # fmt: skip
         return {}
 
 
@@ -264,11 +282,15 @@ async def _write_intents(batch: Batch, to_run: list[LedgerCall]) -> None:
 
 
 # -- 3. invoke, and record as soon as the tool returns ----------------------------------------------------
-async def _run_one(batch: Batch, call: LedgerCall) -> ToolExecution:
+async def _run_one(batch: Batch, call: LedgerCall) -> ToolExecution | GraphInterrupt:
+    """The call's execution, or the pause its body asked for (its siblings go on and are recorded)."""
     index = call.info.index
     try:
         with running_call(call.info):  # visible to the tool body and to crash points of this call
             execution = await _execute(batch, call)
+    except GraphInterrupt as paused:
+        _finish_turn(batch, index)
+        return paused
     except Exception:
         _finish_turn(batch, index)
         raise
@@ -298,6 +320,8 @@ async def _execute(batch: Batch, call: LedgerCall) -> ToolExecution:
         return await _record(batch, call, decision.execution) if decision.record else decision.execution
     try:
         value = await _invoke(batch, call, args)
+    except GraphInterrupt:
+        raise  # the body asked a person: nothing to record, it runs again once answered
     except TimeoutError:
         err = ToolTimeoutError(block.name, batch.tool_timeout or 0)
         log.warning("%s (thread %r, key %r); nothing recorded", err, batch.thread_id, key)
@@ -321,6 +345,10 @@ async def _invoke(batch: Batch, call: LedgerCall, args: dict[str, JSON]) -> JSON
         args = {**args, **tool.injected_args(info)}
     try:
         value = await _call(tool, args, batch.tool_timeout)
+    except GraphInterrupt:
+        await _wait_for_turn(batch, info.index)
+        notify("paused", info)
+        raise
     except TimeoutError:
         await _wait_for_turn(batch, info.index)
         notify("timeout", info)
@@ -389,7 +417,9 @@ async def _record(batch: Batch, call: LedgerCall, execution: ToolExecution) -> T
 
 
 # -- the batch's plumbing ------------------------------------------------------------------------------------
-async def _gather(jobs: list[asyncio.Task[ToolExecution]]) -> list[ToolExecution]:
+async def _gather(
+    jobs: list[asyncio.Task[ToolExecution | GraphInterrupt]],
+) -> list[ToolExecution | GraphInterrupt]:
     """Wait for all calls; if one dies with a BaseException (a crash), stop the others as a dying process would."""
     if not jobs:
         return []

@@ -33,11 +33,21 @@ class LedgerCall:
     info: ToolCallInfo
     tool: Tool | None
     in_doubt: bool = False
+    #: How many ``interrupt()`` pauses of its body have been answered: each answered pause starts a new attempt.
+    attempt: int = 0
 
     @property
     def key(self) -> str | None:
         """The ledger key (None: the model gave no ``tool_call_id``, and the call runs unprotected)."""
         return self.info.key
+
+    @property
+    def intent_key(self) -> str | None:
+        """Where this attempt's intent is written: the ledger key for the first attempt; after a pause of the body
+        was answered, a key of the attempt's own (the paused attempt's intent says nothing of this one)."""
+        if self.key is None or self.attempt == 0:
+            return self.key
+        return f"{self.key}@{self.attempt}"
 
     @property
     def name(self) -> str:
