@@ -531,10 +531,55 @@ def transactional_commits_early() -> None:
     handler.run_transactional = run
 
 
+def decisions_not_read_back() -> None:
+    """A resumed run does not read the recorded decisions back: it asks the person again."""
+
+    async def load(checkpointer: Any, thread_id: str, ids: Any) -> dict[str, Any]:
+        return {}
+
+    compiled.load_decisions = load
+
+
+def approved_call_runs_again() -> None:
+    """Once a call is approved, the ledger runs it without looking at its record (an approval treated as an order
+    to run, not as a permission)."""
+    from tenxgraph.core.tools.context import current_run
+    from tenxgraph.core.tools.interrupts import approval_id
+
+    original = handler._read_ledger
+
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
+        found = await original(batch, calls)
+        run = current_run()
+        decisions = run.pauses.decisions if run is not None else {}
+        for call in calls:
+            if call.tool is not None and call.tool.approval is not False:
+                if approval_id(call.info.execution_id, call.tool.parse_args(call.block.args)) in decisions:
+                    found.pop(call.key, None)
+        return found
+
+    handler._read_ledger = read
+
+
+def rejection_reason_approves() -> None:
+    """A rejection with a reason (a string) is taken for a yes: only False rejects."""
+    from tenxgraph.core.graph.utils import approvals
+
+    approvals.is_approved = lambda value: value is not False
+
+
+#: Mutants of approvals: caught over examples/approved_refund (tests/test_approvals_gate.py), each for its reason.
+APPROVAL_MUTANTS: dict[str, Callable[[], None]] = {
+    "decisions_not_read_back": decisions_not_read_back,
+    "approved_call_runs_again": approved_call_runs_again,
+    "rejection_reason_approves": rejection_reason_approves,
+}
+
+
 #: Mutants of transactional tools: caught over an agent that has one (tests/test_transactional.py).
 TRANSACTIONAL_MUTANTS: dict[str, Callable[[], None]] = {"transactional_commits_early": transactional_commits_early}
 
 
 def apply(name: str | None) -> None:
     if name:
-        {**MUTANTS, **TRANSACTIONAL_MUTANTS}[name]()
+        {**MUTANTS, **TRANSACTIONAL_MUTANTS, **APPROVAL_MUTANTS}[name]()

@@ -172,7 +172,7 @@ def test_env_arming_is_read_at_import(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("bogus", "unknown crash point 'bogus'; known points: langgraph.after_put, langgraph.after_put_writes"),
+        ("bogus", "unknown crash point 'bogus'; known points: approval.after_decision, approval.after_pause"),
         ("run.before_node:x", "hit 'x' is not a whole number"),
         ("run.before_node:1:explode", "unknown action 'explode'"),
     ],

@@ -14,10 +14,12 @@ if TYPE_CHECKING:
     from pytest_replaysafe.conformance import CheckpointerConformance, RunLockConformance, SaverConformance
     from pytest_replaysafe.judge.gaps import KNOWN_GAPS, GapRule
     from pytest_replaysafe.matrix.cells import Backend
+    from pytest_replaysafe.run.approvals import Approvals
     from pytest_replaysafe.run.effects import Effects
     from pytest_replaysafe.run.harness import CrashRun, ReplaySafetyViolation
 
 _PUBLIC = {
+    "Approvals": "pytest_replaysafe.run.approvals",
     "Backend": "pytest_replaysafe.matrix.cells",
     "CheckpointerConformance": "pytest_replaysafe.conformance",
     "CrashRun": "pytest_replaysafe.run.harness",
@@ -30,6 +32,7 @@ _PUBLIC = {
 }
 __all__ = [
     "KNOWN_GAPS",
+    "Approvals",
     "Backend",
     "CheckpointerConformance",
     "CrashRun",

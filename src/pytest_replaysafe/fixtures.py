@@ -21,6 +21,7 @@ from pytest_replaysafe.options import settings_key
 
 if TYPE_CHECKING:
     from pytest_replaysafe.judge.gaps import GapRule
+    from pytest_replaysafe.run.approvals import Approvals
     from pytest_replaysafe.run.driver import CellDriver
     from pytest_replaysafe.run.effects import Effects
     from pytest_replaysafe.run.faults import Proxy
@@ -131,7 +132,8 @@ def crash_run(
         replay=settings.replay.executions(request.node.nodeid) if settings.replay else None,
     )
     effects = request.getfixturevalue("effects") if "effects" in request.fixturenames else None
-    crash_run = CrashRun(plan, factory(request), replaysafe_workdir, effects)
+    approvals = request.getfixturevalue("approvals") if "approvals" in request.fixturenames else None
+    crash_run = CrashRun(plan, factory(request), replaysafe_workdir, effects, approvals)
     run = request.node.stash[crash_run_key] = crash_run.driver  # the plugin drives the cell through it
     request.addfinalizer(run.close)
     yield crash_run
@@ -160,6 +162,16 @@ def effects(replaysafe_workdir: Path) -> Effects:
     from pytest_replaysafe.run.effects import Effects
 
     return Effects(replaysafe_workdir / "effects.db")
+
+
+@pytest.fixture
+def approvals(replaysafe_workdir: Path) -> Approvals:
+    """The person the harness plays: answers every pause of a run driven through ``crash_run`` (approves
+    everything unless ``approvals.answer(...)`` says otherwise). With it, a marked test's cells include the pause
+    points and the ``double-resume`` mode."""
+    from pytest_replaysafe.run.approvals import Approvals
+
+    return Approvals(replaysafe_workdir)
 
 
 BACKEND_NAMES = ("memory", "sqlite", "postgres", "postgres+redis")

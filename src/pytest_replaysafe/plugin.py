@@ -22,6 +22,7 @@ from pytest_replaysafe.fixtures import (  # noqa: F401 - fixtures are found by n
     _replaysafe_pg,
     _replaysafe_redis,
     _replaysafe_seed_faker,
+    approvals,
     cell_seed,
     crash_run,
     crash_run_key,

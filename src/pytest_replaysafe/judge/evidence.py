@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,7 +54,9 @@ def call_id_of(message_id: str, index: int) -> str:
 class Entry:
     thread: str
     id: str  # the runtime's execution id: its ledger key (or its stand-in for a call without one)
-    event: str  # start, end, timeout, in_doubt (runtime) | record, recorded (the checkpointer wrapper)
+    #: start, end, timeout, in_doubt, paused, rejected (runtime) | record, recorded, decided (the checkpointer
+    #: wrapper) | asked, pause_problem (the harness's person)
+    event: str
     tool: str | None = None
     fp: str | None = None  # fingerprint of the output (end, record)
     ufp: str | None = None  # fingerprint of the state update, where there is one (end, record)
@@ -76,6 +79,20 @@ class Entry:
     def hid(self) -> str:
         """The call this entry is about: the harness's identity where known, else the runtime's key."""
         return self.call or self.id
+
+
+#: Events that carry a call's answer: its body returned (``end``), or a person rejected it (``rejected``).
+ANSWERS = ("end", "rejected")
+
+
+def body_runs(entries: list[Entry], by_key: bool = False) -> Counter[str]:
+    """How often each call's body ran (by the harness's call identity, or *by_key* the runtime's): its starts,
+    less those that paused for a person (``interrupt()``), which run again once answered by design."""
+    runs: Counter[str] = Counter()
+    for e in entries:
+        if e.event in ("start", "paused"):
+            runs[e.id if by_key else e.hid] += 1 if e.event == "start" else -1
+    return +runs
 
 
 class ExecutionLog:
@@ -105,7 +122,7 @@ class ExecutionLog:
                 id=info.execution_id,
                 event=event.kind,
                 tool=info.tool,
-                fp=fingerprint(event.output) if event.kind == "end" else None,
+                fp=fingerprint(event.output) if event.kind in ANSWERS else None,
                 ufp=fingerprint(event.update) if event.kind == "end" and event.update is not None else None,
                 error=event.is_error,
                 cond=cond,
@@ -114,7 +131,7 @@ class ExecutionLog:
                 call=call_id_of(info.message_id, info.index),
                 t=round(event.at, 6),
                 effect=info.effect,
-                out=preview(event.output) if event.kind == "end" else None,
+                out=preview(event.output) if event.kind in ANSWERS else None,
             )
         )
 
@@ -133,7 +150,7 @@ def unfinished(entries: list[Entry]) -> dict[str, str]:
     for e in entries:
         if e.call is not None:
             calls_of.setdefault(e.id, set()).add(e.call)
-        if e.event in ("start", "end", "timeout"):
+        if e.event in ("start", "end", "timeout", "paused"):
             last[e.hid] = e.event
         elif e.event in ("record", "recorded"):
             for call in calls_of.get(e.id, {e.id}):

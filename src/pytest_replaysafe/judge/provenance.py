@@ -31,7 +31,7 @@ def provenance(
     labels_by_key = {e.id: labels.get(e.hid, e.id) for e in entries if e.call is not None}
     keys = given_keys(entries)
     for e in entries:
-        if e.event == "end":
+        if e.event in ("end", "rejected"):  # (a rejected call's answer is its rejection, recorded like a result)
             returned[e.hid].add((e.fp, e.error))
             returned_by_key[e.id].add((e.fp, e.error))
             updates_by_key[e.id].add(e.ufp)

@@ -17,9 +17,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_replaysafe.judge.evidence import UNRECORDED, Entry, call_id_of, preview
+from pytest_replaysafe.judge.evidence import UNRECORDED, Entry, body_runs, call_id_of, preview
 from pytest_replaysafe.judge.gaps import RECORD_FAILED, GapRule, find_gap
 from pytest_replaysafe.judge.outcome import Outcome
+from pytest_replaysafe.judge.pauses import pause_problems
 from pytest_replaysafe.judge.provenance import answer_to, provenance, shared_keys
 
 if TYPE_CHECKING:
@@ -90,8 +91,8 @@ class HitEvidence:
     langgraph: bool = False
 
     def executions(self) -> Counter[str]:
-        """Body executions per call (the harness's call identity)."""
-        return Counter(e.hid for e in self.entries if e.event == "start")
+        """Body executions per call (the harness's call identity; a run that paused for a person is not one)."""
+        return body_runs(self.entries)
 
 
 def shape(messages: Sequence[Message]) -> list[str]:
@@ -206,6 +207,7 @@ def judge(
                 "a model turn ran again and asked for it anew" + (LANGGRAPH_ASKED_AGAIN if evidence.langgraph else "")
             )
     problems += provenance(messages, evidence.entries, labels, evidence.tools)
+    problems += pause_problems(evidence.entries, labels)
     problems += _effect_problems(evidence, ref, {e.id: labels.get(e.hid, e.id) for e in evidence.entries})
     crashes = [(point, evidence.window, evidence.unfinished), *evidence.later]
     calls_of = {e.id: e.call for e in evidence.entries if e.call is not None}  # records carry only the key

@@ -30,11 +30,11 @@ DEFAULT_BUDGET = 8
 if TYPE_CHECKING:
     from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
-MODES = ("inprocess", "sigkill", "stream", "concurrent", "recovery", "prune")
+MODES = ("inprocess", "sigkill", "stream", "concurrent", "recovery", "prune", "double-resume")
 #: Modes a cell runs in unless --crash-modes / modes= say otherwise; ``concurrent`` joins them on a budget.
 DEFAULT_MODES = ("inprocess", "sigkill", "stream")
 #: Modes whose resume happens in other processes: not applicable to storage that lives in one process.
-PROCESS_MODES = frozenset({"sigkill", "concurrent", "recovery", "prune"})
+PROCESS_MODES = frozenset({"sigkill", "concurrent", "recovery", "prune", "double-resume"})
 #: The budgeted cells a default run adds per durable backend, one hit each: a ``concurrent`` contest crashed at
 #: the node that follows the first model turn for every lock window (:data:`LOCK_WINDOWS`:
 #: a run lock or compare-and-swap that does not hold shows at one of them on any graph), the server's
@@ -60,7 +60,14 @@ FAULT_CELL_MODES = ("drop", "outage", "redis-down", "readonly")
 #: Cells whose checkpointer connects through the harness's proxies (see :func:`_shared_pg`).
 PROXIED_MODES = frozenset({"outage", "redis-down"})
 #: Points that only exist when a fixture that fires them is in use.
-FIXTURE_POINTS = {"tool.in_flight": "effects"}
+FIXTURE_POINTS = {
+    "tool.in_flight": "effects",
+    "approval.after_pause": "approvals",
+    "approval.after_decision": "approvals",
+}
+#: Modes that join a test's default ones when it uses a fixture: a person's answers sent twice, where the harness
+#: plays the person (``approvals``).
+FIXTURE_MODES = {"double-resume": "approvals"}
 #: What makes such a point reachable, for the vacuous message.
 REACH = {
     "tool.in_flight": (
@@ -333,6 +340,8 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     if marked_modes:
         check_names("mode", marked_modes, (*MODES, *FAULT_CELL_MODES), where)
     modes = marked_modes or settings.modes or list(DEFAULT_MODES)
+    if not marked_modes and not settings.modes:
+        modes += [m for m, fixture in FIXTURE_MODES.items() if fixture in metafunc.fixturenames]
     if marked_modes and settings.modes:
         modes = [m for m in modes if m in settings.modes]
     if langgraph:  # what the options ask for that a LangGraph app has (our runtime's points and modes it has not)

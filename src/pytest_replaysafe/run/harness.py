@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_replaysafe.judge.evidence import Entry
+from pytest_replaysafe.run.approvals import Approvals
 from pytest_replaysafe.run.driver import CellDriver, CellPlan, ReplaySafetyViolation
 from pytest_replaysafe.run.effects import Effects
 from pytest_replaysafe.run.spy import RecordingCheckpointer
@@ -29,10 +30,15 @@ class CrashRun:
     """Runs the test's agent clean, or (in a matrix cell) crashed and resumed at each hit, and judges it."""
 
     def __init__(
-        self, plan: CellPlan, checkpointer: BaseCheckpointer, workdir: Path, effects: Effects | None = None
+        self,
+        plan: CellPlan,
+        checkpointer: BaseCheckpointer,
+        workdir: Path,
+        effects: Effects | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
         #: The plugin's side: the cell's schedule, crashes, resumes and verdicts.
-        self.driver = CellDriver(plan, checkpointer, workdir, effects)
+        self.driver = CellDriver(plan, checkpointer, workdir, effects, approvals)
 
     @property
     def checkpointer(self) -> RecordingCheckpointer:
@@ -55,7 +61,9 @@ class CrashRun:
         self, app: CompiledGraph[Any] | Any, input: Mapping[str, Any], config: Mapping[str, Any] | None = None
     ) -> RunResult[Any]:
         """Run *app* on *input* (clean; or, in a matrix cell, crashed and resumed at this execution's hit), check
-        it, and return the (resumed) result. *app*: a tenxgraph graph, or a compiled LangGraph graph (its result's
+        it, and return the (resumed) result. With the ``approvals`` fixture, every pause (an approval,
+        ``interrupt()``) is answered by it, and the runs that resume the thread are part of the drive. *app*: a
+        tenxgraph graph, or a compiled LangGraph graph (its result's
         ``messages`` are then tenxgraph messages; ``config`` may hold ``durability``, passed to LangGraph)."""
         return self.driver.drive(app, input, config, stream=False)
 

@@ -245,10 +245,13 @@ class Recover(SigKill):
                 time.sleep(0.05)
         finally:
             crashpoints.reset()
-        finished = outcome == "gone" and run.stored_result(hit.app, hit.thread).status == "done"
-        if outcome != "recovered" and not finished:  # ("gone" and done: a run the check above let in finished it)
+        status = run.stored_result(hit.app, hit.thread).status
+        # ("gone" and done: a run the check above let in finished it; "gone" and interrupted: the thread waits for
+        # a person, and recovery leaves it alone)
+        if outcome != "recovered" and not (outcome == "gone" and status in ("done", "interrupted")):
             raise RuntimeError(f"the recovery of thread {hit.thread!r} answered {outcome!r}, not 'recovered'")
-        if hit.resume_input is not None:  # a conversation: the client sends its turns again (stored ones are skipped)
+        if hit.resume_input is not None or status == "interrupted":  # a conversation: the client sends its turns
+            # again (stored ones are skipped); a pause: the person answers it
             return run.run_graph(hit.app, hit.resume_input, hit.thread, hit.resume_config, hit.stream, "resume")
         return run.stored_result(hit.app, hit.thread)
 
@@ -273,5 +276,15 @@ class Prune(SigKill):
         return InProcess.resume(self, run, hit)
 
 
-MODES: Mapping[str, Mode] = {m.name: m for m in (InProcess(), SigKill(), Stream(), Concurrent(), Recover(), Prune())}
+class DoubleResume(SigKill):
+    """A person's answers arrive twice (a double click, a retried request): killed like ``sigkill``; every Resume
+    the harness's person sends is sent again once it returned, and the resume re-sends the last Resume sent before
+    the kill (see :class:`~.driver.CellDriver`). Nothing may run twice, and the repeat must change nothing."""
+
+    name = "double-resume"
+
+
+MODES: Mapping[str, Mode] = {
+    m.name: m for m in (InProcess(), SigKill(), Stream(), Concurrent(), Recover(), Prune(), DoubleResume())
+}
 """Every crash mode by name."""

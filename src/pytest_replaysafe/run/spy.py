@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, fingerprint
+from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, fingerprint, preview
 from pytest_replaysafe.judge.gaps import RECORD_FAILED
 from pytest_replaysafe.matrix.cells import first_state_path
 from tenxgraph.state.messages import JSON, Message
@@ -53,7 +54,15 @@ class RecordingCheckpointer(DelegatingCheckpointer):
     async def aput_tool_results(
         self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]
     ) -> list[bool | SerializationError]:
-        """A group commit, logged as what it is: every record begun, one write, every record done."""
+        """A group commit, logged as what it is: every record begun, one write, every record done. A person's
+        decisions (a Resume's, written together) are logged as ``decided``, once written."""
+        if records and all(r.get("kind") == "decision" for _, r in records):
+            written = await self.inner.aput_tool_results(thread_id, records)
+            for (_, record), outcome in zip(records, written, strict=True):
+                value, first = record.get("value"), None if outcome is True else "not_first"
+                decided = Entry(thread_id, str(record.get("interrupt")), "decided", fp=fingerprint(value), cond=first)
+                self.log.write(replace(decided, out=preview(value)))
+            return written
         entries = []
         for key, record in records:
             begun = _record_entry(thread_id, key, record, group=len(records))

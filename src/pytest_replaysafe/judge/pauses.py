@@ -1,0 +1,52 @@
+"""The part of the verdict about pauses for a person: every interrupt is decided once and never asked again once
+its decision is recorded; a call that waited for approval runs only after its approval was recorded, and never
+when it was rejected; the same Resume sent twice changes nothing.
+
+From the execution log: ``asked`` (the harness's person was shown an interrupt, with its kind and the call it is
+about),
+``decided`` (the harness's checkpointer wrapper saw the decision written), ``start`` (a body ran) and
+``pause_problem`` (what the harness found while answering, such as a repeated Resume that wrote the thread)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pytest_replaysafe.judge.evidence import Entry, fingerprint
+
+APPROVED = fingerprint(True)
+
+
+def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[str]:
+    """What the log shows went wrong with the thread's pauses (nothing when it never paused)."""
+    problems: list[str] = []
+    decided: dict[str, tuple[int, Entry]] = {}  # interrupt id -> (position, first decided entry)
+    about: dict[str, str] = {}  # interrupt id -> the call it asks about (harness identity)
+    for n, e in enumerate(entries):
+        if e.event == "decided":
+            first = decided.setdefault(e.id, (n, e))[1]
+            if first.fp != e.fp:
+                problems.append(f"interrupt {e.id} was decided twice: {first.out} and then {e.out}")
+        elif e.event == "asked":
+            if e.id in decided:
+                what = labels.get(e.call, e.call) if e.call else f"interrupt {e.id}"
+                problems.append(
+                    f"{what} was asked for again after its decision ({decided[e.id][1].out}) was recorded: a "
+                    "recorded decision must be read back, never asked anew"
+                )
+            if e.cond == "approval" and e.call is not None:
+                about.setdefault(e.id, e.call)
+        elif e.event == "pause_problem" and e.out:
+            problems.append(e.out)
+    for interrupt_id, call in about.items():
+        starts = [n for n, e in enumerate(entries) if e.event == "start" and e.hid == call]
+        if not starts:
+            continue
+        label = labels.get(call, call)
+        decision = decided.get(interrupt_id)
+        if decision is None:
+            problems.append(f"{label} ran although its approval was never recorded")
+        elif decision[1].fp != APPROVED:
+            problems.append(f"{label} ran although a person rejected it ({decision[1].out})")
+        elif starts[0] < decision[0]:
+            problems.append(f"{label} ran before its approval was recorded")
+    return problems
