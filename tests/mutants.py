@@ -553,9 +553,9 @@ def approved_call_runs_again() -> None:
         run = current_run()
         decisions = run.pauses.decisions if run is not None else {}
         for call in calls:
-            if call.tool is not None and call.tool.approval is not False:
-                if approval_id(call.info.execution_id, call.tool.parse_args(call.block.args)) in decisions:
-                    found.pop(call.key, None)
+            tool = call.tool
+            if tool is not None and approval_id(call.info.execution_id, tool.parse_args(call.block.args)) in decisions:
+                found.pop(call.key, None)
         return found
 
     handler._read_ledger = read

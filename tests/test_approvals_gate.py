@@ -44,7 +44,8 @@ def test_the_matrix_proves_approvals_and_catches_each_broken_one(tmp_path: Path)
     assert set(CAUSES) == set(APPROVAL_MUTANTS)
     names: list[str | None] = [None, *APPROVAL_MUTANTS]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        reports = dict(zip(names, pool.map(lambda m: approval_matrix(tmp_path / (m or "control"), m, "sqlite"), names)))
+        found = pool.map(lambda m: approval_matrix(tmp_path / (m or "control"), m, "sqlite"), names)
+        reports = dict(zip(names, found, strict=True))
     control = reports[None]
     cells = control["cells"]
     assert control["exit"] == 0 and control["summary"]["violation"] == 0, [c["detail"] for c in cells][:3]

@@ -251,8 +251,8 @@ def test_no_tools(crash_run):
         (["--crash-backends=mongo"], "*unknown crash backend 'mongo'*known backends:*sqlite*"),
         (
             ["--crash-modes=sigterm"],
-            "*unknown crash mode 'sigterm'*known modes: concurrent, drop, inprocess, outage, prune, readonly, "
-            "recovery, redis-down, sigkill, stream*",
+            "*unknown crash mode 'sigterm'*known modes: concurrent, double-resume, drop, inprocess, outage, prune, "
+            "readonly, recovery, redis-down, sigkill, stream*",
         ),
         (["--crash-seed=abc"], "*--crash-seed='abc': give a whole number or 'last'*"),
     ],

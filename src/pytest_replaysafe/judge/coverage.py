@@ -68,7 +68,7 @@ def _split(reached: Iterable[str], every: Sequence[str]) -> dict[str, list[str]]
 def summarize(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The coverage of a whole matrix (the JSON report's ``coverage``)."""
     from pytest_replaysafe.matrix.cells import LOCK_WINDOWS
-    from tenxgraph.core.crashpoints import LANGGRAPH_POINTS, list_crash_points
+    from tenxgraph.core.crashpoints import APPROVAL_POINTS, LANGGRAPH_POINTS, list_crash_points
 
     ran = [c for c in cells if c.get("coverage")]
     # what could have been reached depends on what the cells ran: our runtime, a LangGraph app (its points, and
@@ -80,6 +80,8 @@ def summarize(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for p in list_crash_points()
         if (ours and not p.name.startswith("langgraph.")) or ("langgraph" in frameworks and p.name in LANGGRAPH_POINTS)
     ]
+    if not any(c["point"] in APPROVAL_POINTS for c in cells):  # no test pauses for a person: nothing to reach there
+        points = [p for p in points if p not in APPROVAL_POINTS]
     paths = RESUME_PATHS if ours else RESUME_PATHS[:2]
     largest: dict[str, int] = {}
     for c in ran:

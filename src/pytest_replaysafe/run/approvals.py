@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, call_id_of, preview
+from tenxgraph.core.tools.interrupts import Resume
+
 if TYPE_CHECKING:
+    from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
     from tenxgraph.core.tools.interrupts import Interrupt
     from tenxgraph.state.messages import JSON
 
@@ -25,12 +29,11 @@ MAX_ROUNDS = 50
 
 class Approvals:
     """Answers every pause of a run driven through ``crash_run``: approve everything (the default), or as
-    :meth:`answer` says. ``asked`` lists the interrupts it was asked in this process, in order."""
+    :meth:`answer` says. :meth:`asked` lists what it was asked on a thread, by every process of the cell."""
 
     def __init__(self, workdir: Path) -> None:
         self.path = workdir / "resumes.jsonl"
         self._rule: Callable[[Interrupt], JSON] = lambda interrupt: True
-        self.asked: list[Interrupt] = []
 
     def answer(self, rule: Callable[[Interrupt], Any] | bool | str) -> None:
         """How to answer: a function of the :class:`~tenxgraph.Interrupt` (``lambda i: i.args["amount"] < 500``,
@@ -38,26 +41,93 @@ class Approvals:
         ``False`` or a reason string rejects)."""
         self._rule = rule if callable(rule) else (lambda interrupt: rule)
 
-    def decide(self, interrupt: Interrupt) -> JSON:
-        self.asked.append(interrupt)
-        return self._rule(interrupt)
+    def asked(self, thread_id: str) -> list[Interrupt]:
+        """The interrupts this person was shown on *thread_id* (``crash_run.thread_id``), in order, by every process
+        of the cell: a person asked twice for one thing shows here twice."""
+        from tenxgraph.core.tools.interrupts import Interrupt
 
-    def sent(self, thread: str, decisions: dict[str, JSON]) -> None:
-        """Keep the Resume sent on *thread* (one ``write(2)``: it survives a kill of this process)."""
-        line = json.dumps({"thread": thread, "decisions": decisions}) + "\n"
+        return [Interrupt.from_dict(i) for row in self._rows(thread_id) for i in row["asked"]]
+
+    def _rows(self, thread: str) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [row for row in map(json.loads, self.path.read_text().splitlines()) if row["thread"] == thread]
+
+    def _sent(self, thread: str, asked: list[Interrupt], decisions: dict[str, JSON]) -> None:
+        """Keep what was asked on *thread* and the Resume sent (one ``write(2)``: it survives a kill of this
+        process)."""
+        row = {"thread": thread, "asked": [i.to_dict() for i in asked], "decisions": decisions}
+        line = json.dumps(row) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
 
-    def last_sent(self, thread: str) -> dict[str, JSON] | None:
-        """The decisions of the last Resume sent on *thread* (in any process of the cell), or None."""
+    def retried(self, thread: str) -> list[Resume]:
+        """The last Resume sent on *thread* (in any process of the cell), to send again, if there was one."""
         if not self.path.exists():
-            return None
-        last = None
-        for line in self.path.read_text().splitlines():
-            row = json.loads(line)
-            if row["thread"] == thread:
-                last = row["decisions"]
-        return last
+            return []
+        sent = [
+            row["decisions"] for row in map(json.loads, self.path.read_text().splitlines()) if row["thread"] == thread
+        ]
+        return [Resume(sent[-1])] if sent else []
+
+    def settle(
+        self,
+        graph: CompiledGraph[Any],
+        result: RunResult[Any],
+        cfg: dict[str, Any],
+        stream: bool,
+        log: ExecutionLog,
+        twice: bool,
+    ) -> RunResult[Any]:
+        """Answer a run that paused, and every pause after it, until the run ends; what was asked goes to *log*.
+        *twice*: send every Resume a second time (``double-resume``): it must change nothing."""
+        thread = cfg["thread_id"]
+        for _ in range(MAX_ROUNDS):
+            if result.status != "interrupted":
+                return result
+            if not result.interrupts:
+                raise RuntimeError(f"thread {thread!r} paused (status interrupted) but lists no interrupt to answer")
+            for interrupt in result.interrupts:
+                call = call_of(result, interrupt)
+                log.write(Entry(thread, interrupt.id, "asked", interrupt.tool, call=call, cond=interrupt.kind,
+                                out=preview(interrupt.value)))  # fmt: skip
+            decisions = {i.id: self._rule(i) for i in result.interrupts}
+            self._sent(thread, result.interrupts, decisions)
+            answered = run_once(graph, Resume(decisions), cfg, stream)
+            if twice:  # a double click: the same answers again must change nothing
+                again = run_once(graph, Resume(decisions), cfg, stream)
+                if (again.status, again.version) != (answered.status, answered.version):
+                    problem = (
+                        f"the same Resume sent twice wrote the thread again (status {answered.status!r} version "
+                        f"{answered.version}, then {again.status!r} version {again.version}): a repeated decision "
+                        "must be answered as the thread stands"
+                    )
+                    log.write(Entry(thread, "resume", "pause_problem", out=problem))
+            result = answered
+        raise RuntimeError(f"thread {thread!r} paused {MAX_ROUNDS} times in one drive: a pause that never ends?")
+
+
+def run_once(
+    graph: CompiledGraph[Any], input: Mapping[str, Any] | Resume | None, cfg: dict[str, Any], stream: bool
+) -> RunResult[Any]:
+    """One run of *graph*: ``invoke``, or ``stream`` to its end."""
+    if not stream:
+        return graph.invoke(input, cfg)
+    result = None
+    for event in graph.stream(input, cfg):
+        result = event.result or result
+    assert result is not None
+    return result
+
+
+def call_of(result: RunResult[Any], interrupt: Interrupt) -> str | None:
+    """The harness's identity of the call an interrupt is about (its message and position), if it is a call's."""
+    for message in result.messages:
+        if message.message_id == interrupt.message_id:
+            for index, call in enumerate(message.tool_calls):
+                if call.id == interrupt.call_id:
+                    return call_id_of(message.message_id, index)
+    return None

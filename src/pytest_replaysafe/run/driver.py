@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from pytest_replaysafe.judge import coverage
-from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, body_runs, call_id_of, preview
+from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, body_runs
 from pytest_replaysafe.judge.exposure import windows
 from pytest_replaysafe.judge.gaps import GAPS_DOC, GapRule, gap_reasons, point_gap, shown_rules
 from pytest_replaysafe.judge.outcome import FAILING, CellResult, Outcome
@@ -35,7 +35,7 @@ from pytest_replaysafe.matrix.cells import Backend, Cell, reach_hint
 from pytest_replaysafe.matrix.orders import Groups, Orders
 from pytest_replaysafe.matrix.schedules import DEPTH_MODES, Depth, Plan, Planner, SecondCrash
 from pytest_replaysafe.report import timeline
-from pytest_replaysafe.run.approvals import MAX_ROUNDS, Approvals
+from pytest_replaysafe.run.approvals import Approvals, run_once
 from pytest_replaysafe.run.effects import Effects
 from pytest_replaysafe.run.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
 from pytest_replaysafe.run.hitrun import play
@@ -46,7 +46,6 @@ from pytest_replaysafe.run.spy import RecordingCheckpointer
 from tenxgraph.core import crashpoints
 from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
 from tenxgraph.core.tools.context import ToolCallInfo
-from tenxgraph.core.tools.interrupts import Resume
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.instrument import Instrument, install
 
@@ -54,28 +53,6 @@ UNROUTED = (
     "the test never ran its agent through crash_run: drive runs with crash_run.invoke(app, input) (or ainvoke, "
     "stream, conversation); a direct app.invoke(...) is neither crashed nor checked"
 )
-
-
-def _run_once(
-    graph: CompiledGraph[Any], input: Mapping[str, Any] | Resume | None, cfg: dict[str, Any], stream: bool
-) -> RunResult[Any]:
-    if not stream:
-        return graph.invoke(input, cfg)
-    result = None
-    for event in graph.stream(input, cfg):
-        result = event.result or result
-    assert result is not None
-    return result
-
-
-def _call_of(result: RunResult[Any], interrupt: Any) -> str | None:
-    """The harness's identity of the call an interrupt is about (its message and position), if it is a call's."""
-    for message in result.messages:
-        if message.message_id == interrupt.message_id:
-            for index, call in enumerate(message.tool_calls):
-                if call.id == interrupt.call_id:
-                    return call_id_of(message.message_id, index)
-    return None
 
 
 class ReplaySafetyViolation(AssertionError):
@@ -298,43 +275,15 @@ class CellDriver:
         graph = app.copy(self.checkpointer)
         cfg = {**config, "thread_id": thread}
         result = None
-        turns: list[Mapping[str, Any] | Resume | None] = list(input) if isinstance(input, list) else [input]
-        last = self.approvals.last_sent(thread) if self.approvals is not None and self.double_resume else None
-        if label == "resume" and last is not None:  # the request that was cut off is sent again
-            turns.insert(0, Resume(last))
+        turns: list[Any] = list(input) if isinstance(input, list) else [input]
+        if label == "resume" and self.approvals is not None and self.double_resume:  # a cut-off Resume, again
+            turns = [*self.approvals.retried(thread), *turns]
         for turn in turns:
-            result = self._answer(graph, _run_once(graph, turn, cfg, stream), cfg, stream)
+            result = run_once(graph, turn, cfg, stream)
+            if self.approvals is not None:  # a pause: the harness's person answers, until the run ends
+                result = self.approvals.settle(graph, result, cfg, stream, self.log, self.double_resume)
         assert result is not None
         return result
-
-    def _answer(
-        self, graph: CompiledGraph[Any], result: RunResult[Any], cfg: dict[str, Any], stream: bool
-    ) -> RunResult[Any]:
-        """A run that paused for a person: the harness's person (``approvals``) answers, until the run ends."""
-        thread = cfg["thread_id"]
-        for _ in range(MAX_ROUNDS):
-            if result.status != "interrupted" or self.approvals is None:
-                return result
-            if not result.interrupts:
-                raise RuntimeError(f"thread {thread!r} paused (status interrupted) but lists no interrupt to answer")
-            for interrupt in result.interrupts:
-                call = _call_of(result, interrupt)
-                self.log.write(Entry(thread, interrupt.id, "asked", interrupt.tool, call=call, cond=interrupt.kind,
-                                     out=preview(interrupt.value)))  # fmt: skip
-            decisions = {i.id: self.approvals.decide(i) for i in result.interrupts}
-            self.approvals.sent(thread, decisions)
-            answered = _run_once(graph, Resume(decisions), cfg, stream)
-            if self.double_resume:  # a double click: the same answers again must change nothing
-                again = _run_once(graph, Resume(decisions), cfg, stream)
-                if (again.status, again.version) != (answered.status, answered.version):
-                    problem = (
-                        f"the same Resume sent twice wrote the thread again (status {answered.status!r} version "
-                        f"{answered.version}, then {again.status!r} version {again.version}): a repeated decision "
-                        "must be answered as the thread stands"
-                    )
-                    self.log.write(Entry(thread, "resume", "pause_problem", out=problem))
-            result = answered
-        raise RuntimeError(f"thread {thread!r} paused {MAX_ROUNDS} times in one drive: a pause that never ends?")
 
     def stored_result(self, app: App, thread: str) -> RunResult[Any]:
         if isinstance(app, LangGraphApp):

@@ -15,6 +15,8 @@ fires on its *hit*-th arrival after arming. Actions:
 - ``fault``: raise :class:`InjectedFault`, an ordinary exception (the default for fault points such as
   ``ledger.read_error``, which simulate a failing dependency rather than a dying process);
 - any callable, called with the point name and hit.
+
+(Past the ~350-line guide: the one table of every point, and what arms, counts and fires them, in one place.)
 """
 
 from __future__ import annotations

@@ -21,13 +21,21 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
     raise ImportError(f"the API server needs the server extra: {install_hint('server')} ({exc})") from exc
 
 from tenxgraph.core.graph.compiled import CompiledGraph
+from tenxgraph.core.graph.pauses import asked_of, load_decisions, waiting
+from tenxgraph.core.tools.interrupts import Interrupt
 from tenxgraph.server.doors import DoorArgs, Doors, Refused, stored_id
 from tenxgraph.server.limits import BadRequest, Limits, parse_run, read_body
 from tenxgraph.server.metrics import Metrics
 from tenxgraph.server.recovery import Recovery
 from tenxgraph.state.messages import Message, id_problem, new_id
 from tenxgraph.utils.constants import LOGGER_NAME, THREAD_ID_MAX_BYTES
-from tenxgraph.utils.errors import ConfigError, GraphBuildError, SerializationError, ThreadBusyError
+from tenxgraph.utils.errors import (
+    ConfigError,
+    GraphBuildError,
+    InterruptDecidedError,
+    SerializationError,
+    ThreadBusyError,
+)
 from tenxgraph.utils.events import emit_event
 
 log = logging.getLogger(f"{LOGGER_NAME}.server")
@@ -43,11 +51,15 @@ def error(status: int, message: str, headers: dict[str, str] | None = None, **ex
     return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 
 
-def _state_json(thread_id: str, values: dict[str, Any], messages: list[Message], version: int) -> dict[str, Any]:
+def _state_json(
+    thread_id: str, values: dict[str, Any], messages: list[Message], version: int, interrupts: list[Interrupt]
+) -> dict[str, Any]:
+    """A thread as the API shows it; ``interrupts``: what a paused thread (status ``interrupted``) waits for."""
     return {
         "thread_id": thread_id,
         "version": version,
         "status": (values.get("meta") or {}).get("status"),
+        "interrupts": [i.to_dict() for i in interrupts],
         "values": values,
         "messages": [m.to_dict() for m in messages],
     }
@@ -123,6 +135,8 @@ def create_app(
             metrics.run("busy", 0.0)
             text = str(ThreadBusyError(exc.thread_id, exc.waited))
             return {"status": 409, "error": text, "thread_id": thread_id, "retry_after": exc.retry_after}
+        if isinstance(exc, InterruptDecidedError):  # one decision per interrupt: a different one conflicts
+            return {"status": 409, "error": str(exc), "thread_id": thread_id, "decided": exc.recorded}
         if isinstance(exc, ConfigError | GraphBuildError | SerializationError | ValueError):
             return {"status": 422, "error": str(exc), "thread_id": thread_id}
         metrics.run("failed", 0.0)
@@ -133,7 +147,7 @@ def create_app(
 
     def finished(result: Any, thread_id: str, started: float) -> dict[str, Any]:
         metrics.run("finished", time.perf_counter() - started)
-        body = _state_json(thread_id, result.state.values_dict(), result.messages, result.version)
+        body = _state_json(thread_id, result.state.values_dict(), result.messages, result.version, result.interrupts)
         return {**body, "final_text": result.final_text}
 
     async def run_request(request: Request, owner: str | None) -> tuple[Any, dict[str, Any]]:
@@ -149,9 +163,10 @@ def create_app(
             result = await graph.ainvoke(input, cfg)
         except Exception as exc:
             answer = failed(exc, thread_id)
+            busy = "retry_after" in answer  # (a 409 for a decision already taken is no reason to retry)
             lease_left = answer.pop("retry_after", None) or 0.0  # (a lease whose holder's connection dropped)
             response = error(answer.pop("status"), answer.pop("error"), **answer)
-            if response.status_code == 409:
+            if busy:
                 response.headers["Retry-After"] = str(max(1, round(cfg["lock_timeout"] or 1), math.ceil(lease_left)))
             return response
         emit_event("run", logging.INFO, thread_id=cfg["thread_id"], status=result.status, version=result.version)
@@ -188,13 +203,22 @@ def create_app(
         if snap is None:
             return error(404, f"thread {thread_id!r} does not exist")
         messages = await graph.checkpointer.alist_messages(stored)
-        return JSONResponse(_state_json(thread_id, snap.values, messages, snap.version))
+        meta = snap.values.get("meta") or {}
+        pending: list[Interrupt] = []
+        if meta.get("status") == "interrupted":  # what it waits for: its interrupts not decided yet
+            asked = asked_of(meta.get("interrupts") or [])
+            pending = waiting(asked, await load_decisions(graph.checkpointer, stored, [i.id for i in asked]))
+        return JSONResponse(_state_json(thread_id, snap.values, messages, snap.version, pending))
 
     async def healthz(request: Request, owner: str | None) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
     async def prometheus(request: Request, owner: str | None) -> Response:
-        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
+        try:  # (the same figure from every worker: it is read from the storage)
+            waiting_threads: int | None = await graph.checkpointer.acount_threads("interrupted")
+        except NotImplementedError:
+            waiting_threads = None
+        return PlainTextResponse(metrics.render(waiting_threads), media_type="text/plain; version=0.0.4")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

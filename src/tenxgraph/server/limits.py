@@ -11,11 +11,13 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from tenxgraph.core.tools.config import KNOWN_KEYS
+from tenxgraph.core.tools.interrupts import Resume
 from tenxgraph.server.doors import Refused
 from tenxgraph.state.messages import Message, TextBlock, new_id
 from tenxgraph.utils.constants import NODE_TIMEOUT, RECURSION_LIMIT, TOOL_TIMEOUT
+from tenxgraph.utils.errors import ConfigError
 
-RUN_FIELDS = ("messages", "config")
+RUN_FIELDS = ("messages", "config", "resume")
 MESSAGE_FIELDS = ("role", "text", "message_id")
 
 
@@ -127,8 +129,9 @@ def _message(data: Any, index: int, allow_system: bool) -> Message:
     return Message(role=role, content=(TextBlock(text),), message_id=message_id)
 
 
-def parse_run(raw: bytes, allow_system: bool) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """``(input, config)`` of a run request's JSON body (both optional: no messages resumes the thread)."""
+def parse_run(raw: bytes, allow_system: bool) -> tuple[dict[str, Any] | Resume | None, dict[str, Any]]:
+    """``(input, config)`` of a run request's JSON body (both optional: no messages resumes the thread; ``resume``,
+    an object of interrupt id -> decision, answers a paused one)."""
     try:
         body = json.loads(raw) if raw.strip() else {}
     except json.JSONDecodeError as exc:
@@ -138,7 +141,7 @@ def parse_run(raw: bytes, allow_system: bool) -> tuple[dict[str, Any] | None, di
     except UnicodeDecodeError as exc:
         raise BadRequest(f"the body is not UTF-8: {exc.reason}") from None
     if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object with optional fields messages and config")
+        raise BadRequest("the body must be a JSON object with optional fields messages, config and resume")
     unknown = sorted(set(body) - set(RUN_FIELDS))
     if unknown:
         raise BadRequest(f"unknown fields {unknown}; allowed: {list(RUN_FIELDS)}")
@@ -149,5 +152,12 @@ def parse_run(raw: bytes, allow_system: bool) -> tuple[dict[str, Any] | None, di
     allowed = [k for k in KNOWN_KEYS if k != "thread_id"]
     if not isinstance(config, dict) or set(config) - set(allowed):
         raise BadRequest(f"config must be an object with keys from {allowed}")
+    if body.get("resume") is not None:
+        if messages:
+            raise BadRequest("send messages or resume, not both: answer the thread's interrupts first")
+        try:
+            return Resume(body["resume"]), config
+        except ConfigError as exc:
+            raise BadRequest(str(exc)) from None
     parsed = [_message(m, i, allow_system) for i, m in enumerate(messages)]
     return ({"messages": parsed} if parsed else None), config

@@ -22,13 +22,17 @@ EVENTS = {
     "tool_in_doubt": ("tenxgraph_tool_in_doubt_total", ""),
     "ledger_write_failed": ("tenxgraph_ledger_write_errors_total", ""),
     "run_resumed": ("tenxgraph_runs_resumed_total", ""),
+    "tool_rejected": ("tenxgraph_tool_calls_total", 'how="rejected"'),
     "run_recovered": ("tenxgraph_recoveries_total", 'outcome="recovered"'),
     "recovery_failed": ("tenxgraph_recoveries_total", 'outcome="failed"'),
     "recovery_parked": ("tenxgraph_recoveries_total", 'outcome="parked"'),
 }
 HELP = {
     "tenxgraph_runs_total": "Runs the server ran, for a request or its recovery, by outcome (busy: refused with 409).",
-    "tenxgraph_tool_calls_total": "Tool calls, executed (the body ran) or replayed (answered from the ledger).",
+    "tenxgraph_tool_calls_total": "Tool calls, executed (the body ran), replayed (answered from the ledger) or "
+    "rejected (a person said no: never run).",
+    "tenxgraph_interrupts_total": "Pauses for a person: interrupts asked (a run stopped for them) and decided (a "
+    "Resume's answers recorded).",
     "tenxgraph_tool_timeouts_total": "Tool calls cancelled by tool_timeout.",
     "tenxgraph_tool_in_doubt_total": "Tool calls a resume found in doubt (intent, no result).",
     "tenxgraph_ledger_write_errors_total": "Ledger record writes that failed (the call may run again).",
@@ -61,6 +65,10 @@ class Metrics:
     def on_event(self, event: str, fields: dict[str, Any]) -> None:
         if event in EVENTS:
             self.count(*EVENTS[event])
+        if event == "run_paused":
+            self.count("tenxgraph_interrupts_total", 'how="asked"', len(fields.get("interrupts") or ()))
+        elif event == "interrupts_decided":
+            self.count("tenxgraph_interrupts_total", 'how="decided"', len(fields.get("ids") or ()))
         if event == "run_recovered":  # a recovered run is a run: counted and timed like a request's
             self.run("finished", float(fields.get("seconds") or 0.0))
         elif event == "recovery_failed":
@@ -83,7 +91,8 @@ class Metrics:
                 if seconds <= bound:
                     self._latency[i] += 1
 
-    def render(self) -> str:
+    def render(self, waiting_threads: int | None = None) -> str:
+        """The text format; *waiting_threads*: how many threads wait for a person now (read from the storage)."""
         with self._lock:
             counters = dict(self.counters)
             latency, total, count = list(self._latency), self._latency_sum, self._latency_count
@@ -97,4 +106,8 @@ class Metrics:
         lines += [f"# HELP {name} Latency of finished runs, request to answer.", f"# TYPE {name} histogram"]
         lines += [f'{name}_bucket{{le="{bound:g}"}} {n}' for bound, n in zip(BUCKETS, latency, strict=True)]
         lines += [f'{name}_bucket{{le="+Inf"}} {count}', f"{name}_sum {total:.6f}", f"{name}_count {count}"]
+        if waiting_threads is not None:
+            name = "tenxgraph_threads_waiting"
+            lines += [f"# HELP {name} Threads paused for a person (status interrupted) in the storage, now."]
+            lines += [f"# TYPE {name} gauge", f"{name} {waiting_threads}"]
         return "\n".join(lines) + "\n"

@@ -6,15 +6,15 @@ import dataclasses
 import inspect
 import json
 import re
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin, overload
+from typing import Any, overload
 
 from tenxgraph.core.tools.context import ToolCallInfo
 from tenxgraph.core.tools.effects import Effect
 from tenxgraph.core.tools.interrupts import ApprovalRule
+from tenxgraph.core.tools.schema import docstring_parts, json_schema_for, matches
 from tenxgraph.state.messages import JSON
 
 
@@ -32,39 +32,6 @@ class ToolOutput:
     content: JSON
     update: dict[str, JSON] | None = None
     is_error: bool = False
-
-
-_PRIMITIVES: dict[Any, dict[str, JSON]] = {
-    str: {"type": "string"},
-    int: {"type": "integer"},
-    float: {"type": "number"},
-    bool: {"type": "boolean"},
-    type(None): {"type": "null"},
-    dict: {"type": "object"},
-    list: {"type": "array"},
-    Any: {},
-}
-
-
-def json_schema_for(hint: Any) -> dict[str, JSON]:
-    """The JSON schema of a type hint (str, int, float, bool, None, list[X], dict[str, X], Literal, X | Y)."""
-    if hint in _PRIMITIVES:
-        return dict(_PRIMITIVES[hint])
-    origin = get_origin(hint)
-    args = get_args(hint)
-    if origin is Literal:
-        return {"enum": list(args)}
-    if origin in (Union, types.UnionType):
-        options = [json_schema_for(a) for a in args]
-        return options[0] if len(options) == 1 else {"anyOf": options}
-    if origin in (list, tuple, set, frozenset):
-        return {"type": "array", "items": json_schema_for(args[0])} if args else {"type": "array"}
-    if origin is dict:
-        out: dict[str, JSON] = {"type": "object"}
-        if len(args) == 2:
-            out["additionalProperties"] = json_schema_for(args[1])
-        return out
-    raise TypeError(f"type hint {hint!r} has no JSON schema; use str, int, float, bool, list, dict or Literal")
 
 
 def _is_context(hint: Any) -> bool:
@@ -151,48 +118,6 @@ def tool(
     return make(fn) if fn is not None else make
 
 
-def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
-    """The description and the per-argument docs of a Google-style docstring."""
-    doc = inspect.cleandoc(doc)
-    summary, _, rest = doc.partition("\nArgs:\n")
-    params: dict[str, str] = {}
-    current: str | None = None
-    for line in rest.splitlines():
-        if re.match(r"^\S", line):  # next section (Returns:, Raises:)
-            break
-        match = re.match(r"^\s+(\w+)(?:\s*\([^)]*\))?:\s*(.*)$", line)
-        if match:
-            current = match.group(1)
-            params[current] = match.group(2).strip()
-        elif current and line.strip():
-            params[current] += " " + line.strip()
-    return summary.strip(), params
-
-
-def _matches(value: JSON, schema: dict[str, JSON]) -> bool:
-    if "anyOf" in schema:
-        return any(_matches(value, s) for s in schema["anyOf"])
-    if "enum" in schema:
-        return value in schema["enum"]
-    kind = schema.get("type")
-    checks: dict[str, Callable[[JSON], bool]] = {
-        "string": lambda v: isinstance(v, str),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        "boolean": lambda v: isinstance(v, bool),
-        "null": lambda v: v is None,
-        "object": lambda v: isinstance(v, dict),
-        "array": lambda v: isinstance(v, list),
-    }
-    if kind is None:
-        return True
-    if not checks[kind](value):
-        return False
-    if kind == "array" and "items" in schema:
-        return all(_matches(v, schema["items"]) for v in value)
-    return True
-
-
 IN_DOUBT_POLICIES = ("retry", "fail", "reconcile")
 #: A tool's ``on_in_doubt`` that keeps it out of a graph-wide default (``compile(on_in_doubt=...)``).
 IN_DOUBT_OFF = "off"
@@ -275,7 +200,7 @@ class Tool:
         tool_name = name or getattr(fn, "__name__", None)
         if not tool_name or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
             raise ValueError(f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'")
-        summary, param_docs = _docstring_parts(inspect.getdoc(fn) or "")
+        summary, param_docs = docstring_parts(inspect.getdoc(fn) or "")
         try:
             hints = typing.get_type_hints(fn)
         except Exception as exc:
@@ -394,7 +319,7 @@ class Tool:
             problems.append(f"unknown argument(s) {', '.join(extra)} (accepted: {', '.join(props) or 'none'})")
         for arg, value in raw.items():
             schema = props.get(arg)
-            if schema is not None and not _matches(value, schema):
+            if schema is not None and not matches(value, schema):
                 expected = schema.get("type") or schema.get("enum") or "see schema"
                 problems.append(f"argument {arg} should be {expected}, got {json.dumps(value)}")
         if problems:

@@ -78,6 +78,14 @@ class BaseCheckpointer(ABC):
     def list_interrupted_threads(self, limit: int = 100) -> list[str]:
         return run_sync(self.alist_interrupted_threads(limit))
 
+    async def acount_threads(self, status: str) -> int:
+        """How many threads have run status *status* (``interrupted``: threads waiting for a person; the server's
+        metrics read it). One query; the default says this storage cannot."""
+        raise NotImplementedError(f"{type(self).__name__} cannot count threads by status")
+
+    def count_threads(self, status: str) -> int:
+        return run_sync(self.acount_threads(status))
+
     #: Whether a tool can write to this checkpointer's database in the ledger's own transaction (:meth:`atransact`),
     #: and how: ``"sync"`` (the tool is a plain function, run in a worker thread) or ``"async"`` (a coroutine).
     transactions: str | None = None

@@ -38,6 +38,9 @@ class DelegatingCheckpointer(BaseCheckpointer):
     async def alist_interrupted_threads(self, limit: int = 100) -> list[str]:
         return await self.inner.alist_interrupted_threads(limit)
 
+    async def acount_threads(self, status: str) -> int:
+        return await self.inner.acount_threads(status)
+
     async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
         return await self.inner.aget_thread(thread_id)
 

@@ -40,6 +40,11 @@ class InMemoryCheckpointer(BaseCheckpointer):
         running = [t for t, (_, text) in rows if (json.loads(text).get("meta") or {}).get("status") == "running"]
         return running[:limit]
 
+    async def acount_threads(self, status: str) -> int:
+        with self._lock:
+            rows = list(self._threads.values())
+        return sum(1 for _, text in rows if (json.loads(text).get("meta") or {}).get("status") == status)
+
     async def aget_thread(self, thread_id: str) -> ThreadSnapshot | None:
         with self._lock:
             row = self._threads.get(check_thread_id(thread_id))

@@ -43,11 +43,7 @@ from tenxgraph.storage.checkpointer.base import (
     prune_in_batches,
 )
 from tenxgraph.utils.constants import LOGGER_NAME, install_hint
-from tenxgraph.utils.errors import (
-    ConfigError,
-    SerializationError,
-    StaleStateError,
-)
+from tenxgraph.utils.errors import ConfigError, SerializationError, StaleStateError
 
 # The hyphenated spelling works with every pip; pip 23.2 (Python 3.11's) ignores "[pg_checkpoint]" with a warning.
 _EXTRA_HINT = f"PgCheckpointer needs the pg-checkpoint extra: {install_hint('pg-checkpoint')}"
@@ -282,12 +278,17 @@ class PgCheckpointer(BaseCheckpointer):
 
         return await self._on_thread(thread_id, "ledger read", op)  # the fence for the tools about to run
 
-    async def alist_interrupted_threads(self, limit: int = 100) -> list[str]:
-        async def op(conn: psycopg.AsyncConnection[Any]) -> list[str]:
-            cur = await conn.execute(self._q["list_running"], (int(limit),))
-            return [str(row[0]) for row in await cur.fetchall()]
+    async def _threads(self, query: str, param: object) -> list[tuple[Any, ...]]:
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+            return await (await conn.execute(self._q[query], (param,))).fetchall()
 
         return await self._retrying("thread listing", op)
+
+    async def alist_interrupted_threads(self, limit: int = 100) -> list[str]:
+        return [str(row[0]) for row in await self._threads("list_running", int(limit))]
+
+    async def acount_threads(self, status: str) -> int:
+        return int((await self._threads("count_status", status))[0][0])
 
     # -- a tool's writes in the ledger's transaction -----------------------------------------------------
     transactions = "async"

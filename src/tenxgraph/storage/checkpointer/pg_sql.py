@@ -72,6 +72,7 @@ QUERIES = {
     "get_thread": "SELECT version, state FROM {schema}.threads WHERE thread_id = %s",
     "list_running": """SELECT thread_id FROM {schema}.threads WHERE state->'meta'->>'status' = 'running'
         ORDER BY updated_at LIMIT %s""",
+    "count_status": "SELECT count(*) FROM {schema}.threads WHERE state->'meta'->>'status' = %s",
     # CAS + messages in one statement (see _MESSAGES_AFTER_WRITE).
     "create_thread": """
         WITH w AS (

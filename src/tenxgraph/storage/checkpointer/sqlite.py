@@ -226,6 +226,10 @@ class SqliteCheckpointer(BaseCheckpointer):
         )
         return [str(row[0]) for row in rows]
 
+    async def acount_threads(self, status: str) -> int:
+        rows = self._read("SELECT count(*) FROM threads WHERE json_extract(state, '$.meta.status') = ?", (status,))
+        return int(str(rows[0][0]))
+
     # -- a tool's writes in the ledger's transaction -----------------------------------------------------
     transactions = "sync"
 
