@@ -4,6 +4,7 @@ that command, on its JSON report. A figure left behind by a code change fails CI
     python tests/doc_figures.py depth2 crash-matrix-depth2.json
     python tests/doc_figures.py langgraph langgraph-matrix.json          # check docs/langgraph.md's table
     python tests/doc_figures.py langgraph langgraph-matrix.json --table  # print the table from a report
+    python tests/doc_figures.py approvals crash-matrix.json              # docs/approvals.md's table
 """
 
 from __future__ import annotations
@@ -106,7 +107,54 @@ def check_langgraph(report: Path) -> list[str]:
     return problems
 
 
+APPROVALS_DOC = DOC.parent / "approvals.md"
+AP_ROW = re.compile(
+    r"^\| (?P<what>[^|]+?) \| (?P<cells>\d+) \| (?P<protected>\d+) \| (?P<gap>\d+) \| (?P<bad>\d+) \|$", re.M
+)
+
+
+def approvals_rows(report: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Over the cells of examples/approved_refund (not-applicable ones aside), per group: cells, protected, known
+    gap, and failing (violation, resume failed, failed, vacuous, error)."""
+    cells = [c for c in json.loads(report.read_text())["cells"] if "approved_refund" in c["test"]]
+    cells = [c for c in cells if c["outcome"] != "not_applicable"]
+    groups = {
+        "`approval.after_pause`": [c for c in cells if c["point"] == "approval.after_pause"],
+        "`approval.after_decision`": [c for c in cells if c["point"] == "approval.after_decision"],
+        "`double-resume` (every point)": [c for c in cells if c["mode"] == "double-resume"],
+        "every cell": cells,
+    }
+    ok = ("protected", "known_gap", "in_doubt_handled", "exactly_once")
+    return {
+        name: (
+            len(group),
+            sum(c["outcome"] == "protected" for c in group),
+            sum(c["outcome"] == "known_gap" for c in group),
+            sum(c["outcome"] not in ok for c in group),
+        )
+        for name, group in groups.items()
+    }
+
+
+def check_approvals(report: Path) -> list[str]:
+    now = approvals_rows(report)
+    shown = {m["what"]: tuple(int(m[k]) for k in ("cells", "protected", "gap", "bad")) for m in AP_ROW.finditer(
+        APPROVALS_DOC.read_text())}  # fmt: skip
+    problems = [f"{name}: the docs say {shown.get(name)}, the command gives {row}" for name, row in now.items()
+                if shown.get(name) != row]  # fmt: skip
+    return problems + [f"{name}: {row[3]} failing cells" for name, row in now.items() if row[3]]
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[1] == "approvals":
+        if argv[3:] == ["--table"]:
+            for name, row in approvals_rows(Path(argv[2])).items():
+                print(f"| {name} | {' | '.join(map(str, row))} |")
+            return 0
+        problems = check_approvals(Path(argv[2]))
+        for p in problems:
+            print(f"docs/approvals.md table is stale: {p}; re-run the command it gives and update it")
+        return 1 if problems else 0
     if len(argv) >= 3 and argv[1] == "langgraph":
         if argv[3:] == ["--table"]:
             for point, (cells, bare, safe) in langgraph_rows(Path(argv[2])).items():

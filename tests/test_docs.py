@@ -97,3 +97,31 @@ def test_a_stale_depth2_figure_in_the_docs_fails_the_check(tmp_path: Path) -> No
         f"enumerated: the docs say {figures['enumerated']}, the command gives {figures['enumerated'] + 1}",
     ]
     assert with_schedules(candidates=figures["candidates"] * 2)[0].startswith("candidates: the docs say")
+
+
+def test_the_approvals_table_is_checked_against_a_report(tmp_path: Path) -> None:
+    """docs/approvals.md's table is checked by CI against `make demo`'s report: the docs' numbers pass for cells
+    that add up to them; one more known gap, or a failing cell, fails naming the row."""
+    from tests.doc_figures import AP_ROW, APPROVALS_DOC, check_approvals
+
+    rows = {m["what"]: m for m in AP_ROW.finditer(APPROVALS_DOC.read_text())}
+    gaps, resent_gaps = int(rows["every cell"]["gap"]), int(rows["`double-resume` (every point)"]["gap"])
+    test = "examples/approved_refund/test_approved_refund.py::test_an_approved_refund_runs_once"
+    cells = [{"test": "examples/other.py::t", "point": "tool.after_record", "mode": "sigkill", "outcome": "violation"}]
+    for point, mode, outcome, n in [
+        ("approval.after_pause", "inprocess", "protected", int(rows["`approval.after_pause`"]["protected"])),
+        ("approval.after_decision", "inprocess", "protected", int(rows["`approval.after_decision`"]["protected"])),
+        ("tool.after_return", "double-resume", "known_gap", resent_gaps),
+        ("run.before_node", "double-resume", "protected", int(rows["`double-resume` (every point)"]["protected"])),
+        ("tool.after_return", "sigkill", "known_gap", gaps - resent_gaps),
+        ("run.before_node", "memory-sigkill", "not_applicable", 3),
+    ]:
+        cells += [{"test": test, "point": point, "mode": mode, "outcome": outcome}] * n
+    protected = int(rows["every cell"]["protected"]) - sum(1 for c in cells[1:] if c["outcome"] == "protected")
+    cells += [{"test": test, "point": "tool.after_record", "mode": "inprocess", "outcome": "protected"}] * protected
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"cells": cells}))
+    assert check_approvals(report) == []
+    report.write_text(json.dumps({"cells": [*cells, {**cells[-1], "outcome": "violation"}]}))
+    problems = check_approvals(report)
+    assert problems[0].startswith("every cell: the docs say") and problems[-1] == "every cell: 1 failing cells"
