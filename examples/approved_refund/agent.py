@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from examples.payments import LocalProvider, Provider
+from examples.support_refund.agent import make_refund_order as refund_with
 from tenxgraph import CompiledGraph, ReactAgent, Reply, ScriptedModel, tool
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 
@@ -13,18 +14,9 @@ APPROVAL_LIMIT = 100.0
 
 
 def make_refund_order(payments: Provider) -> Any:
-    @tool(approval=lambda args: args["amount"] > APPROVAL_LIMIT)
-    def refund_order(order_id: str, amount: float, idempotency_key: str) -> str:
-        """Refund an amount on an order.
-
-        Args:
-            order_id: The order number.
-            amount: The amount to refund, in the order's currency.
-        """
-        payment = payments.apply("refund", {"order": order_id, "amount": amount}, idempotency_key)
-        return f"Refunded {amount:.2f} on order {order_id} (payment {payment['effect_id']})"
-
-    return refund_order
+    """support_refund's refund tool (it passes its idempotency key to the provider), over the limit only with a
+    person's approval."""
+    return tool(approval=lambda args: args["amount"] > APPROVAL_LIMIT)(refund_with(payments))
 
 
 def build_agent(
