@@ -323,3 +323,23 @@ def test_an_approval_rule_that_raises_stops_the_node_with_nothing_run(checkpoint
     with pytest.raises(KeyError, match="currency"):
         app.invoke(GO, cfg())
     assert ran.runs == [] and checkpointer.get_thread("t").values["meta"]["status"] == "error"  # type: ignore[union-attr]
+
+
+def test_resume_value_answers_the_one_pending_interrupt_and_only_it(checkpointer: BaseCheckpointer) -> None:
+    seen: list[Any] = []
+    first = graph_that_asks(checkpointer, seen).invoke({"messages": ["hi"]}, cfg())
+    second = graph_that_asks(checkpointer, seen).invoke(Resume(value="Ada"), cfg())
+    assert [i.value for i in second.interrupts] == [{"question": "your city?"}] and seen == ["Ada"]
+    assert checkpointer.get_tool_results("t", [decision_key(first.interrupts[0].id)])  # recorded under its id
+    done = graph_that_asks(checkpointer, seen).invoke(Resume(value="London"), cfg())
+    assert done.final_text == "hello Ada from London"
+    with pytest.raises(ConfigError, match=r"thread 't' waits for 0 \(\[\]\): answer by id"):
+        graph_that_asks(checkpointer, seen).invoke(Resume(value="Paris"), cfg())
+    ran = Ledger()
+    calls = [("1", 200.0), ("2", 300.0)]
+    agent(checkpointer, ran, calls).invoke(GO, cfg("two"))
+    with pytest.raises(ConfigError, match=r"waits for 2 \(\['approval-.*', 'approval-.*'\]\): answer by id"):
+        agent(checkpointer, ran, calls).invoke(Resume(value=True), cfg("two"))
+    with pytest.raises(ConfigError, match=r"by id or value= for the one pending interrupt, not both"):
+        Resume({"x": True}, value=True)
+    assert ran.runs == []

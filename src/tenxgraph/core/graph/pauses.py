@@ -48,7 +48,7 @@ def _check(resume: Resume, asked: Sequence[Interrupt], decided: Mapping[str, JSO
     """The decisions of *resume* still to record; the errors of a Resume that cannot be taken, before any is."""
     by_id = {i.id: i for i in asked}
     new: dict[str, JSON] = {}
-    for interrupt_id, value in resume.decisions.items():
+    for interrupt_id, value in resume.resolve(waiting(asked, decided), thread_id).items():
         if interrupt_id in decided:
             if decided[interrupt_id] != value:
                 raise InterruptDecidedError(thread_id, interrupt_id, decided[interrupt_id], value)

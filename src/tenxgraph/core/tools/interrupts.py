@@ -96,32 +96,62 @@ class Interrupt:
         )
 
 
+_ONE = object()  # Resume(value=...) not given
+
+
 class Resume:
     """The input that answers a paused thread: ``app.invoke(Resume({interrupt_id: value}), {"thread_id": ...})``.
 
     For an approval, ``True`` approves, ``False`` rejects, and a string rejects with that reason (the model is
     told it). For ``interrupt(payload)``, any JSON value: what ``interrupt`` returns when the run goes on. Pending
-    interrupts may be answered one by one or together; the run goes on when every one is answered."""
+    interrupts may be answered one by one or together; the run goes on when every one is answered.
 
-    __slots__ = ("decisions",)
+    ``Resume(value=...)`` answers the one interrupt a thread waits for (a thread that waits for several, or for
+    none, refuses it). By id is what a retried request should send: it is answered idempotently even once the
+    thread has gone on, where ``value=`` finds nothing left to answer."""
 
-    def __init__(self, decisions: Mapping[str, JSON]) -> None:
+    __slots__ = ("decisions", "value")
+
+    def __init__(self, decisions: Mapping[str, JSON] | None = None, *, value: Any = _ONE) -> None:
+        self.value: Any = value
+        if value is not _ONE:
+            if decisions is not None:
+                raise ConfigError("Resume takes decisions by id or value= for the one pending interrupt, not both")
+            _check_json("value", value)
+            self.decisions: dict[str, JSON] = {}
+            return
         if not isinstance(decisions, Mapping) or not decisions:
             raise ConfigError(
                 f"Resume takes a non-empty dict of interrupt id -> decision, got {decisions!r}; the ids are in "
                 "result.interrupts (or GET /threads/{id}/state)"
             )
-        for key, value in decisions.items():
+        for key, decision in decisions.items():
             if not isinstance(key, str) or not key:
                 raise ConfigError(f"Resume: interrupt ids are strings from result.interrupts, got {key!r}")
-            try:
-                json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"Resume: the decision for {key!r} must be a JSON value ({exc})") from None
-        self.decisions: dict[str, JSON] = dict(decisions)
+            _check_json(repr(key), decision)
+        self.decisions = dict(decisions)
+
+    def resolve(self, pending: list[Interrupt], thread_id: str) -> dict[str, JSON]:
+        """The decisions by id: as given, or ``value=`` for the one interrupt *pending*."""
+        if self.value is _ONE:
+            return self.decisions
+        if len(pending) != 1:
+            ids = [i.id for i in pending]
+            raise ConfigError(
+                f"Resume(value=...) answers the one interrupt a thread waits for; thread {thread_id!r} waits for "
+                f"{len(pending)} ({ids}): answer by id, Resume({{id: value}})"
+            )
+        return {pending[0].id: self.value}
 
     def __repr__(self) -> str:
-        return f"Resume({self.decisions!r})"
+        return f"Resume({self.decisions!r})" if self.value is _ONE else f"Resume(value={self.value!r})"
+
+
+def _check_json(what: str, value: object) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"Resume: the decision for {what} must be a JSON value ({exc})") from None
 
 
 def check_approval_value(interrupt_id: str, value: JSON) -> None:
