@@ -568,11 +568,24 @@ def rejection_reason_approves() -> None:
     approvals.is_approved = lambda value: value is not False
 
 
+def decision_not_recorded() -> None:
+    """A Resume's decisions are acted on, but kept in memory only: nothing durable says what the person decided."""
+    from tenxgraph.core.graph import pauses
+
+    async def record(checkpointer: Any, thread_id: str, resume: Any, asked: Any, decided: Any) -> dict[str, Any]:
+        new = pauses._check(resume, asked, decided, thread_id)
+        decided.update(new)
+        return new
+
+    compiled.record_decisions = record
+
+
 #: Mutants of approvals: caught over examples/approved_refund (tests/test_approvals_gate.py), each for its reason.
 APPROVAL_MUTANTS: dict[str, Callable[[], None]] = {
     "decisions_not_read_back": decisions_not_read_back,
     "approved_call_runs_again": approved_call_runs_again,
     "rejection_reason_approves": rejection_reason_approves,
+    "decision_not_recorded": decision_not_recorded,
 }
 
 

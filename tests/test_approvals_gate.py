@@ -1,6 +1,6 @@
 """The gate on approvals: the crash matrix over examples/approved_refund proves the approval flow (every cell
 protected or a documented gap, the pause and decision points and the double-resume mode reached), and catches
-each approval mutant of tests/mutants.py for its own reason."""
+each approval mutant of tests/mutants.py for its own reason (``-s`` prints how many cells caught each)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ CAUSES = {
     "decisions_not_read_back": "was asked for again after its decision",
     "approved_call_runs_again": "executed 2 times",
     "rejection_reason_approves": "ran although a person rejected it",
+    "decision_not_recorded": "ran although its approval was never recorded",
 }
 
 
@@ -55,5 +56,6 @@ def test_the_matrix_proves_approvals_and_catches_each_broken_one(tmp_path: Path)
     assert {c["outcome"] for c in cells if c["mode"] == "double-resume"} <= {"protected", "known_gap"}
     for mutant, cause in CAUSES.items():
         caught = [c for c in reports[mutant]["cells"] if c["outcome"] == "violation" and cause in c["detail"]]
+        print(f"  {mutant:28} {len(caught):4} violation cells: {cause!r}")
         assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
         assert reports[mutant]["exit"] != 0
