@@ -18,6 +18,7 @@ __all__ = [
     "TenxGraphError",
     "ThreadBusyError",
     "ToolTimeoutError",
+    "ToolUnavailableError",
     "UnknownProviderError",
 ]
 
@@ -110,6 +111,12 @@ class RunLockLostError(StaleStateError):
             f"thread {thread_id!r}: this run lost its run lock ({reason}) and stopped before running anything "
             "else; the thread stays resumable: invoke it again (with a lock_timeout) to finish it",
         )
+
+
+class ToolUnavailableError(TenxGraphError, ConnectionError):
+    """What runs a tool could not be reached, or went away during a call (an MCP server that would not start, or
+    exited): no answer is recorded, the node fails, and the thread stays resumable (a resume reconnects; a call
+    whose outcome is unknown is then in doubt, or runs again as its effect class says)."""
 
 
 class StorageConnectionError(TenxGraphError, ConnectionError):

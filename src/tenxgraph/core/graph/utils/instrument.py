@@ -13,7 +13,16 @@ from tenxgraph.core.tools.context import ToolCallInfo
 from tenxgraph.utils import instrument
 from tenxgraph.utils.instrument import CompletionOrder, Instrument
 
-__all__ = ["BatchTurns", "CompletionOrder", "ToolEvent", "ToolObserver", "add_tool_observer", "set_completion_order"]
+__all__ = [
+    "BatchTurns",
+    "CompletionOrder",
+    "ToolEvent",
+    "ToolObserver",
+    "add_tool_observer",
+    "finish_turn",
+    "set_completion_order",
+    "wait_turn",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +78,18 @@ def notify(
     for watcher in instrument.installed:
         if watcher.on_tool is not None:
             watcher.on_tool(event)
+
+
+async def wait_turn(turns: BatchTurns | None, index: int) -> None:
+    """Under a completion order, wait until every call before *index* in its batch is done (else return)."""
+    if turns is not None:
+        await turns.wait(index)
+
+
+def finish_turn(turns: BatchTurns | None, index: int) -> None:
+    """Call *index* of its batch is done: the next in the order may pass."""
+    if turns is not None:
+        turns.finish(index)
 
 
 def batch_turns(calls: list[ToolCallInfo]) -> BatchTurns | None:

@@ -19,12 +19,11 @@ is worse); a failed record write logs an ERROR that the call completed but was n
 replay, and the run continues. A result no backend can store (not JSON, a NUL character, invalid UTF-8) becomes
 an error result naming the tool, and that is recorded: the call never runs again.
 
-The ledger is called with everything it uses: :func:`invoke_tool_calls` takes the message, the tools, the
-checkpointer and the thread (our ``ToolNode`` passes its run's; an integration passes its own), and each call
-travels through the steps as one :class:`LedgerCall`. In-doubt policies (:mod:`.in_doubt`), transactional calls
-(:mod:`.transactional`) and group commit (:mod:`.record_batch`) are called from here and never call back; what a
-test harness watches or steers goes through one seam (:mod:`.instrument`). (Past the ~350-line guide on purpose:
-the seed names this module, and its four steps read top to bottom here.)
+The ledger is called with everything it uses (the message, the tools, the checkpointer and the thread: our
+``ToolNode`` passes its run's, an integration its own); each call travels through the steps as a
+:class:`LedgerCall`. In-doubt policies, transactional calls, approvals and group commit are called from here and
+never call back; what a test harness watches goes through one seam (:mod:`.instrument`). (Past the ~350-line
+guide on purpose: the seed names this module, and its four steps read top to bottom here.)
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from dataclasses import dataclass, replace
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.utils.approvals import attempt_of, check_approvals
 from tenxgraph.core.graph.utils.in_doubt import resolve_in_doubt, write_intent
-from tenxgraph.core.graph.utils.instrument import BatchTurns, batch_turns, notify
+from tenxgraph.core.graph.utils.instrument import BatchTurns, batch_turns, finish_turn, notify, wait_turn
 from tenxgraph.core.graph.utils.ledger_record import (
     RECORD_VERSION,
     LedgerCall,
@@ -58,7 +57,13 @@ from tenxgraph.core.tools.tool import Tool, ToolArgumentError, ToolOutput
 from tenxgraph.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.constants import LOGGER_NAME, TOOL_TIMEOUT
-from tenxgraph.utils.errors import LedgerReadError, RunLockLostError, SerializationError, ToolTimeoutError
+from tenxgraph.utils.errors import (
+    LedgerReadError,
+    RunLockLostError,
+    SerializationError,
+    ToolTimeoutError,
+    ToolUnavailableError,
+)
 from tenxgraph.utils.events import emit_event
 from tenxgraph.utils.sync import to_thread
 
@@ -240,9 +245,8 @@ async def invoke_tool_call(
         return decode_record(call.block, call.key, record)
     call = replace(call, in_doubt=record is not None)
     await _write_intents(batch, [call])
-    execution = await _run_one(batch, call)
-    if isinstance(execution, GraphInterrupt):
-        raise execution
+    if isinstance(execution := await _run_one(batch, call), GraphInterrupt):
+        raise execution  # (a body's interrupt(): LangGraph's own pass through its wrapper unrecorded)
     return execution
 
 
@@ -289,13 +293,13 @@ async def _run_one(batch: Batch, call: LedgerCall) -> ToolExecution | GraphInter
         with running_call(call.info):  # visible to the tool body and to crash points of this call
             execution = await _execute(batch, call)
     except GraphInterrupt as paused:
-        _finish_turn(batch, index)
+        finish_turn(batch.turns, index)
         return paused
     except Exception:
-        _finish_turn(batch, index)
+        finish_turn(batch.turns, index)
         raise
     # (a BaseException such as a crash passes no turn on: a dying process lets no sibling record after it)
-    _finish_turn(batch, index)
+    finish_turn(batch.turns, index)
     return execution
 
 
@@ -320,8 +324,8 @@ async def _execute(batch: Batch, call: LedgerCall) -> ToolExecution:
         return await _record(batch, call, decision.execution) if decision.record else decision.execution
     try:
         value = await _invoke(batch, call, args)
-    except GraphInterrupt:
-        raise  # the body asked a person: nothing to record, it runs again once answered
+    except (GraphInterrupt, ToolUnavailableError):
+        raise  # a person was asked, or the tool's server is gone: no answer to record; the node stops here
     except TimeoutError:
         err = ToolTimeoutError(block.name, batch.tool_timeout or 0)
         log.warning("%s (thread %r, key %r); nothing recorded", err, batch.thread_id, key)
@@ -346,20 +350,22 @@ async def _invoke(batch: Batch, call: LedgerCall, args: dict[str, JSON]) -> JSON
     try:
         value = await _call(tool, args, batch.tool_timeout)
     except GraphInterrupt:
-        await _wait_for_turn(batch, info.index)
+        await wait_turn(batch.turns, info.index)
         notify("paused", info)
         raise
+    except ToolUnavailableError:
+        raise  # its outcome is unknown: no "end" (to an observer, the call was in flight)
     except TimeoutError:
-        await _wait_for_turn(batch, info.index)
+        await wait_turn(batch.turns, info.index)
         notify("timeout", info)
         raise
     except Exception as exc:
         returned = time.monotonic()
-        await _wait_for_turn(batch, info.index)
+        await wait_turn(batch.turns, info.index)
         notify("end", info, f"{type(exc).__name__}: {exc}", True, at=returned)
         raise
     returned = time.monotonic()  # (observers learn when the body returned, not when its turn came)
-    await _wait_for_turn(batch, info.index)
+    await wait_turn(batch.turns, info.index)
     if isinstance(value, ToolOutput):
         notify("end", info, value.content, value.is_error, at=returned, update=value.update)
     else:
@@ -435,15 +441,3 @@ async def _gather(
             job.cancel()
         if pending:
             await asyncio.wait(pending)
-
-
-async def _wait_for_turn(batch: Batch, index: int) -> None:
-    """Under a completion order, wait until every call before *index* in this batch is done (else return)."""
-    if batch.turns is not None:
-        await batch.turns.wait(index)
-
-
-def _finish_turn(batch: Batch, index: int) -> None:
-    """Call *index* of this batch is done: the next in the order may pass."""
-    if batch.turns is not None:
-        batch.turns.finish(index)

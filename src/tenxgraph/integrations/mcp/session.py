@@ -1,0 +1,220 @@
+"""A connection to one MCP server (stdio command, or streamable HTTP URL) through the official ``mcp`` SDK.
+
+The SDK's session lives in a task group on one event loop; our runs happen on any loop (``invoke`` has its own,
+``ainvoke`` the caller's), and the crash harness forks. So the session runs in a thread of its own with its own
+loop, opened on first use and kept for the life of the app: calls from any loop are handed to it and awaited. A
+forked child does not touch its parent's session (its pipes, its thread): it opens its own on first use. A server
+that exits is noticed at the next call, which reconnects once; a call the server exits during is answered with
+:class:`~tenxgraph.utils.errors.ToolUnavailableError` (nothing is recorded: its outcome is unknown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TextIO, cast
+
+from mcp import types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+
+from tenxgraph.utils.errors import ConfigError, ToolUnavailableError
+from tenxgraph.utils.sync import run_sync
+
+#: The MCP error code of a connection that closed (the server exited, or the stream broke).
+CONNECTION_CLOSED = types.CONNECTION_CLOSED
+Opener = Callable[[TextIO], AbstractAsyncContextManager[Any]]
+
+
+class MCPSession:
+    """One MCP server, connected on first use and kept open: ``MCPSession.stdio("mcp-server-git", ["--repository",
+    path])`` or ``MCPSession.http("http://127.0.0.1:8765/mcp")``. ``close()`` (or ``with``/``async with``) ends it."""
+
+    def __init__(self, name: str, opener: Opener, where: str, *, connect_timeout: float = 30.0) -> None:
+        if connect_timeout <= 0:
+            raise ConfigError(f"connect_timeout must be > 0 seconds, got {connect_timeout!r}")
+        self.name, self.where, self.connect_timeout = name, where, connect_timeout
+        self._opener = opener
+        self._guard = threading.Lock()
+        self._pid = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session: ClientSession | None = None
+        self._stop: asyncio.Event | None = None
+        self._holder: asyncio.Future[None] | None = None
+        #: The server's tools as last listed (on connecting).
+        self.tools: list[types.Tool] = []
+
+    @classmethod
+    def stdio(
+        cls,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        name: str | None = None,
+        connect_timeout: float = 30.0,
+    ) -> MCPSession:
+        """A server started as a subprocess speaking MCP on its stdin/stdout (its stderr goes to a file of ours:
+        its last lines are in the error when it cannot start)."""
+        params = StdioServerParameters(command=command, args=list(args), env=dict(env) if env else None, cwd=cwd)
+        label = name or os.path.basename(command)
+        return cls(label, lambda errlog: stdio_client(params, errlog=errlog), " ".join([command, *args]),
+                   connect_timeout=connect_timeout)  # fmt: skip
+
+    @classmethod
+    def http(cls, url: str, *, name: str | None = None, connect_timeout: float = 30.0) -> MCPSession:
+        """A server reached over streamable HTTP at *url* (its endpoint, such as ``http://host:port/mcp``)."""
+        from mcp.client.streamable_http import streamable_http_client
+
+        return cls(name or url, lambda errlog: streamable_http_client(url), url, connect_timeout=connect_timeout)
+
+    def __repr__(self) -> str:
+        return f"MCPSession({self.name!r}: {self.where})"
+
+    # -- lifetime ---------------------------------------------------------------------------------------------
+    async def aconnect(self) -> list[types.Tool]:
+        """Connect if not connected (or if the server went away, or this process is a fork); the tools."""
+        loop = self._start()
+        if self._session is None or (self._holder is not None and self._holder.done()):
+            future = asyncio.run_coroutine_threadsafe(self._open(), loop)
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(future), self.connect_timeout)
+            except TimeoutError:
+                future.cancel()
+                raise ToolUnavailableError(
+                    self._cannot(f"it did not answer within {self.connect_timeout:g}s")
+                ) from None
+        return self.tools
+
+    def connect(self) -> list[types.Tool]:
+        return run_sync(self.aconnect())
+
+    def _start(self) -> asyncio.AbstractEventLoop:
+        with self._guard:
+            if self._pid != os.getpid():  # (a fork: the parent's thread and pipes are not this process's)
+                self._pid, self._loop, self._session, self._holder = os.getpid(), None, None, None
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name=f"mcp-{self.name}", daemon=True).start()
+                self._loop = loop
+            return self._loop
+
+    async def _open(self) -> None:
+        """(On the session's loop.) Start the task that holds the connection; wait until it is ready or failed."""
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._stop = asyncio.Event()
+        self._holder = asyncio.ensure_future(self._hold(ready, self._stop))
+        await ready
+
+    async def _hold(self, ready: asyncio.Future[None], stop: asyncio.Event) -> None:
+        with tempfile.TemporaryFile("w+") as errlog:
+            try:
+                async with self._opener(errlog) as (read, write), ClientSession(read, write) as session:
+                    await session.initialize()
+                    self.tools = await _all_tools(session)
+                    self._session = session
+                    ready.set_result(None)
+                    await stop.wait()
+            except BaseException as exc:
+                if not ready.done():
+                    detail = f"{type(exc).__name__}: {_first_error(exc)}{_tail(errlog)}"
+                    ready.set_exception(ToolUnavailableError(self._cannot(detail)))
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                self._session = None
+
+    def _cannot(self, why: str) -> str:
+        return f"MCP server {self.name!r} ({self.where}) could not be reached: {why}"
+
+    async def aclose(self) -> None:
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._close(), self._start()))
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+
+    def close(self) -> None:
+        if self._loop is not None and self._pid == os.getpid():
+            run_sync(self.aclose())
+
+    async def _close(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        if self._holder is not None:
+            with contextlib.suppress(Exception):
+                await self._holder
+
+    def __enter__(self) -> MCPSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> MCPSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- calls ------------------------------------------------------------------------------------------------
+    async def acall_tool(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> types.CallToolResult:
+        """Call *name*; a server that is gone (or goes during the call) raises :class:`ToolUnavailableError`; an
+        error the server answers with (an unknown tool, bad arguments) is returned as an ``is_error`` result."""
+        await self.aconnect()
+        assert self._loop is not None
+        future = asyncio.run_coroutine_threadsafe(self._call(name, arguments, meta), self._loop)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+
+    async def _call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> types.CallToolResult:
+        session = self._session
+        if session is None:
+            raise ToolUnavailableError(f"MCP server {self.name!r} ({self.where}) is not connected")
+        try:
+            return await session.call_tool(name, arguments, meta=cast(types.RequestParamsMeta, meta))
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                raise ToolUnavailableError(
+                    f"MCP server {self.name!r} ({self.where}) went away during the call to {name!r}: its outcome "
+                    "is unknown; the next call reconnects"
+                ) from exc
+            text = f"MCP server {self.name!r} refused the call to {name!r}: {exc.error.message}"
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+async def _all_tools(session: ClientSession) -> list[types.Tool]:
+    tools: list[types.Tool] = []
+    cursor = None
+    while True:
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        tools += page.tools
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+def _first_error(exc: BaseException) -> str:
+    """The first leaf of an exception group (anyio's task groups wrap what failed)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{exc}" if str(exc) else type(exc).__name__
+
+
+def _tail(errlog: TextIO, lines: int = 5) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        errlog.seek(0)
+        last = [line.rstrip() for line in errlog.read().splitlines() if line.strip()][-lines:]
+        if last:
+            return "; its stderr ended with: " + " | ".join(last)
+    return ""
