@@ -521,3 +521,37 @@ def test_an_interrupt_in_a_tool_passes_through_unrecorded_and_the_resumed_call_i
     result = app.invoke(Command(resume="yes"), CFG)
     assert [m.content for m in tool_messages(result)] == ["refunded A: yes"] and approved == ["yes"]
     assert len(ledger.list_tool_results("t1")) == 1
+
+
+def test_tools_from_an_mcp_server_get_their_effect_class_from_their_annotations(ledger: Any) -> None:
+    """langchain-mcp-adapters (0.3.2: tools.py, convert_mcp_tool_to_langchain_tool) puts an MCP tool's annotations
+    in the LangChain tool's ``metadata`` (``annotations.model_dump()``, with the ``mcp`` 1.x field names); the
+    wrapper reads the effect class from them, as tenxgraph.integrations.mcp does from the SDK's own objects."""
+    counted = Counted()
+
+    def mcp_tools() -> list[Any]:
+        refund, email, lookup = counted.tools()
+        lookup.metadata = {"title": None, "readOnlyHint": True, "destructiveHint": False, "idempotentHint": True,
+                           "openWorldHint": False}  # fmt: skip
+        refund.metadata = {"title": None, "readOnlyHint": False, "destructiveHint": True, "idempotentHint": False,
+                           "openWorldHint": True}  # fmt: skip
+        email.metadata = {"idempotent_hint": True}  # (the 2.x SDK's field names)
+        return [refund, email, lookup]
+
+    wrapper = ReplaySafeToolCalls(ledger)
+    policies = {t.name: wrapper._policy(t) for t in mcp_tools()}
+    assert {name: (effect.value if effect else None, policy) for name, (policy, _, effect) in policies.items()} == {
+        "refund": ("external", None), "email": ("idempotent", None), "lookup": ("read", None)
+    }  # fmt: skip
+    saver = InMemorySaver()
+    turns = [calls(("lookup", {"order_id": "A"}), ("refund", {"order_id": "A"})), AIMessage("done")]
+    with crashpoints.armed("tool.after_return", 2), pytest.raises(crashpoints.CrashInjected):
+        build(ReplaySafeToolNode(mcp_tools(), ledger=ledger), saver, turns).invoke(
+            {"messages": [HumanMessage("go")]}, CFG
+        )
+    result = build(ReplaySafeToolNode(mcp_tools(), ledger=ledger), saver, turns).invoke(None, CFG)
+    assert counted.runs["refund:A"] == 1  # external, from its hints: found in doubt, not run again
+    (refunded,) = [m for m in tool_messages(result) if m.name == "refund"]
+    assert "in doubt" in str(refunded.content)
+    (record,) = ledger.list_tool_results("t1").values()  # the read left no record; refund's answer is recorded
+    assert record["tool"] == "refund"

@@ -27,12 +27,18 @@ server = MCPServer("tickets", instructions="A ticket desk: open tickets, add not
 DB = os.environ.get("TICKETS_DB", "tickets.db")
 
 
+TABLES = (
+    "tickets (id INTEGER PRIMARY KEY, title TEXT, meta_key TEXT)",
+    "notes (id INTEGER PRIMARY KEY, ticket INTEGER, note TEXT, key TEXT UNIQUE)",
+    "refunds (id INTEGER PRIMARY KEY, order_id TEXT, amount REAL, key TEXT UNIQUE)",
+)
+
+
 def db() -> sqlite3.Connection:
     conn = sqlite3.connect(DB, timeout=30, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE IF NOT EXISTS tickets (id INTEGER PRIMARY KEY, title TEXT, meta_key TEXT)")
-    conn.execute("CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, ticket INTEGER, note TEXT, key TEXT UNIQUE)")
-    conn.execute("CREATE TABLE IF NOT EXISTS refunds (id INTEGER PRIMARY KEY, order_id TEXT, amount REAL, key TEXT UNIQUE)")
+    for table in TABLES:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table}")
     return conn
 
 
@@ -64,9 +70,8 @@ def add_note(ticket: int, note: str, ctx: Context[Any, Any]) -> str:
 def refund(order_id: str, amount: float, idempotency_key: str) -> dict[str, Any]:
     """Refund an order (the provider applies a key once)."""
     with db() as conn:
-        conn.execute(
-            "INSERT OR IGNORE INTO refunds (order_id, amount, key) VALUES (?, ?, ?)", (order_id, amount, idempotency_key)
-        )
+        insert = "INSERT OR IGNORE INTO refunds (order_id, amount, key) VALUES (?, ?, ?)"
+        conn.execute(insert, (order_id, amount, idempotency_key))
         row = conn.execute("SELECT id FROM refunds WHERE key = ?", (idempotency_key,)).fetchone()
     return {"refund_id": f"R-{row[0]}", "order_id": order_id, "amount": amount}
 

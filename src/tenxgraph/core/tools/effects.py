@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 
 class Effect(StrEnum):
@@ -33,3 +35,28 @@ class Effect(StrEnum):
             return cls(value)
         except ValueError:
             raise ValueError(f"effect={value!r} is invalid; use one of {', '.join(e.value for e in cls)}") from None
+
+
+#: MCP tool annotations (``ToolAnnotations``), by their JSON names and the Python SDK's field names.
+MCP_HINTS = {
+    "readOnlyHint": "read_only_hint",
+    "destructiveHint": "destructive_hint",
+    "idempotentHint": "idempotent_hint",
+    "openWorldHint": "open_world_hint",
+}
+
+
+def effect_from_hints(hints: Mapping[str, Any]) -> Effect | None:
+    """The effect class an MCP tool's annotations say, or None when *hints* holds none of them. Absent hints take
+    the MCP spec's defaults (not read-only, destructive, not idempotent, open world): ``readOnlyHint`` → ``read``;
+    ``idempotentHint`` → ``idempotent``; any other write → ``external`` (it cannot simply run again)."""
+
+    def hint(name: str) -> Any:
+        value = hints.get(name)
+        return hints.get(MCP_HINTS[name]) if value is None else value
+
+    if all(hint(name) is None for name in MCP_HINTS):
+        return None
+    if hint("readOnlyHint"):
+        return Effect.READ
+    return Effect.IDEMPOTENT if hint("idempotentHint") else Effect.EXTERNAL

@@ -11,7 +11,8 @@ calls the ledger component (:func:`~tenxgraph.core.graph.utils.invoke_node_handl
 - the tool: LangGraph's ``execute(request)``, which validates, injects state and runs the real tool; its
   ``ToolMessage`` (content and status) is recorded as soon as it returns, before its siblings finish;
 - the effect class, in-doubt policy and ``reconcile`` function of each tool, given by name to the constructor or
-  in the tool's ``metadata`` (``{"effect": "read"}``), with the same meaning and checks as ``@tool(...)``; the
+  in the tool's ``metadata`` (``{"effect": "read"}``, or the MCP annotations ``langchain-mcp-adapters`` puts there:
+  ``{"readOnlyHint": true, ...}``), with the same meaning and checks as ``@tool(...)``; the
   call's idempotency key is :func:`current_idempotency_key` in the tool's body.
 
 A recorded call is answered from its record: a ``ToolMessage`` with the recorded content and status,
@@ -37,7 +38,7 @@ from langgraph.types import Command
 from tenxgraph.core.graph.utils.invoke_node_handler import invoke_tool_call
 from tenxgraph.core.graph.utils.ledger_record import ToolExecution, result_message_id
 from tenxgraph.core.tools.context import current_tool_call
-from tenxgraph.core.tools.effects import Effect
+from tenxgraph.core.tools.effects import Effect, effect_from_hints
 from tenxgraph.core.tools.tool import Reconcile, Tool, ToolOutput, check_policy
 from tenxgraph.integrations.langgraph.messages import assistant_message, find_call, messages_of
 from tenxgraph.state.messages import JSON
@@ -201,7 +202,9 @@ class ReplaySafeToolCalls:
         policy = self.on_in_doubt.get(tool.name, meta.get("on_in_doubt"))
         reconcile = self.reconcile.get(tool.name, meta.get("reconcile"))
         try:
-            effect = check_policy(policy, reconcile, self.effects.get(tool.name, meta.get("effect")))
+            declared = self.effects.get(tool.name, meta.get("effect"))
+            # a tool loaded from an MCP server (langchain-mcp-adapters puts its annotations in the metadata)
+            effect = check_policy(policy, reconcile, declared if declared is not None else effect_from_hints(meta))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"LangGraph tool {tool.name!r}: {exc}") from None
         if effect is Effect.TRANSACTIONAL:

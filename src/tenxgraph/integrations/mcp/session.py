@@ -115,6 +115,7 @@ class MCPSession:
 
     async def _hold(self, ready: asyncio.Future[None], stop: asyncio.Event) -> None:
         with tempfile.TemporaryFile("w+") as errlog:
+            session: ClientSession | None = None
             try:
                 async with self._opener(errlog) as (read, write), ClientSession(read, write) as session:
                     await session.initialize()
@@ -129,7 +130,8 @@ class MCPSession:
                 if not isinstance(exc, Exception):
                     raise
             finally:
-                self._session = None
+                if self._session is session:  # (a newer connection may have replaced this one already)
+                    self._session = None
 
     def _cannot(self, why: str) -> str:
         return f"MCP server {self.name!r} ({self.where}) could not be reached: {why}"
@@ -165,25 +167,47 @@ class MCPSession:
 
     # -- calls ------------------------------------------------------------------------------------------------
     async def acall_tool(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> types.CallToolResult:
-        """Call *name*; a server that is gone (or goes during the call) raises :class:`ToolUnavailableError`; an
-        error the server answers with (an unknown tool, bad arguments) is returned as an ``is_error`` result."""
-        await self.aconnect()
-        assert self._loop is not None
-        future = asyncio.run_coroutine_threadsafe(self._call(name, arguments, meta), self._loop)
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
+        """Call *name*. A server that went away since the last call is reconnected first (a ``ping`` tells); one
+        that goes away during the call raises :class:`ToolUnavailableError`; an error the server answers with (an
+        unknown tool, bad arguments) is returned as an ``is_error`` result."""
+        for _ in range(2):
+            await self.aconnect()
+            assert self._loop is not None
+            future = asyncio.run_coroutine_threadsafe(self._call(name, arguments, meta), self._loop)
+            try:
+                result = await asyncio.wrap_future(future)
+            except asyncio.CancelledError:
+                future.cancel()
+                raise
+            if result is not None:
+                return result
+        raise ToolUnavailableError(f"MCP server {self.name!r} ({self.where}) went away again as it was reconnected")
 
-    async def _call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> types.CallToolResult:
+    def _lost(self, session: ClientSession) -> None:
+        """(On the session's loop.) The connection closed: forget it (the next call reconnects) and let its holder
+        end."""
+        if self._session is session:
+            self._session = None
+        if self._stop is not None:
+            self._stop.set()
+
+    async def _call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> types.CallToolResult | None:
+        """The call's result, or None when the server was found gone before anything was sent (reconnect)."""
         session = self._session
         if session is None:
-            raise ToolUnavailableError(f"MCP server {self.name!r} ({self.where}) is not connected")
+            return None
+        try:
+            await session.send_ping()  # nothing sent yet: a server gone since the last call is simply reconnected
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise
+            self._lost(session)
+            return None
         try:
             return await session.call_tool(name, arguments, meta=cast(types.RequestParamsMeta, meta))
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
+                self._lost(session)
                 raise ToolUnavailableError(
                     f"MCP server {self.name!r} ({self.where}) went away during the call to {name!r}: its outcome "
                     "is unknown; the next call reconnects"

@@ -24,7 +24,7 @@ from mcp import types
 
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.tools.context import ToolCallInfo
-from tenxgraph.core.tools.effects import Effect
+from tenxgraph.core.tools.effects import Effect, effect_from_hints
 from tenxgraph.core.tools.tool import Reconcile, Tool, ToolOutput, check_policy
 from tenxgraph.integrations.mcp.session import MCPSession
 from tenxgraph.state.messages import JSON
@@ -37,12 +37,9 @@ _CONTEXT = "_tenxgraph_call"  # the parameter our tool function gets the call's 
 
 
 def effect_of(annotations: types.ToolAnnotations | None) -> Effect:
-    """The effect class an MCP tool's annotations say (see the module's table)."""
-    if annotations is not None and annotations.read_only_hint:
-        return Effect.READ
-    if annotations is not None and annotations.idempotent_hint:
-        return Effect.IDEMPOTENT
-    return Effect.EXTERNAL
+    """The effect class an MCP tool's annotations say (see the module's table; no annotation at all: the spec's
+    defaults, a write that cannot simply run again)."""
+    return effect_from_hints(annotations.model_dump() if annotations is not None else {}) or Effect.EXTERNAL
 
 
 def output_of(result: types.CallToolResult) -> ToolOutput:
