@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 from tenxgraph.core.crashpoints import crash_point
@@ -589,10 +590,52 @@ APPROVAL_MUTANTS: dict[str, Callable[[], None]] = {
 }
 
 
+def mcp_hints_trusted_as_read() -> None:
+    """Every MCP tool is taken for read-only (a client that trusts a missing or wrong hint): nothing is recorded."""
+    from tenxgraph.core.tools.effects import Effect
+    from tenxgraph.integrations.mcp import tools
+
+    tools.effect_of = lambda annotations: Effect.READ
+
+
+def mcp_key_not_sent() -> None:
+    """The call's idempotency key is not sent in the request's ``_meta``: the server cannot deduplicate a re-run."""
+    from tenxgraph.integrations.mcp.session import MCPSession
+
+    original = MCPSession.acall_tool
+
+    async def call(self: Any, name: str, arguments: Any, meta: Any) -> Any:
+        return await original(self, name, arguments, {})
+
+    MCPSession.acall_tool = call  # type: ignore[method-assign]
+
+
+def mcp_external_retried() -> None:
+    """An MCP write that is not idempotent is run again when found in doubt (policy retry, not fail)."""
+    from tenxgraph.integrations.mcp import tools
+
+    original = tools.to_tool
+
+    def to_tool(session: Any, listed: Any, options: Any) -> Any:
+        made = original(session, listed, options)
+        return made if made.policy is None else replace(made, on_in_doubt="retry")
+
+    tools.to_tool = to_tool
+
+
+#: Mutants of the MCP integration: caught over examples/mcp_tools (tests/test_mcp_gate.py), by the test's own count
+#: of the server's effects, each for its reason.
+MCP_MUTANTS: dict[str, Callable[[], None]] = {
+    "mcp_hints_trusted_as_read": mcp_hints_trusted_as_read,
+    "mcp_key_not_sent": mcp_key_not_sent,
+    "mcp_external_retried": mcp_external_retried,
+}
+
+
 #: Mutants of transactional tools: caught over an agent that has one (tests/test_transactional.py).
 TRANSACTIONAL_MUTANTS: dict[str, Callable[[], None]] = {"transactional_commits_early": transactional_commits_early}
 
 
 def apply(name: str | None) -> None:
     if name:
-        {**MUTANTS, **TRANSACTIONAL_MUTANTS, **APPROVAL_MUTANTS}[name]()
+        {**MUTANTS, **TRANSACTIONAL_MUTANTS, **APPROVAL_MUTANTS, **MCP_MUTANTS}[name]()

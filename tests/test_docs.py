@@ -48,6 +48,8 @@ def test_script_block_runs(
 ) -> None:
     if "langgraph" in code:
         pytest.importorskip("langgraph", reason="the langgraph extra is not installed: pip install '.[langgraph]'")
+    if "integrations.mcp" in code:
+        pytest.importorskip("mcp.client.session", reason="the mcp extra is not installed: pip install '.[mcp]'")
     if "DATABASE_URL" in code:
         monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("pg_dsn"))
         monkeypatch.setenv("REDIS_URL", request.getfixturevalue("redis_url"))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,4 +69,31 @@ def build_agent(session: MCPSession, checkpointer: BaseCheckpointer | None = Non
         ]
     )
     tools = mcp_tools(session)  # open_ticket: external, refund and add_note: idempotent, get_ticket: read
+    return ReactAgent(model, tools=tools).compile(checkpointer=checkpointer)
+
+
+def git_server() -> MCPSession:
+    """The official git MCP server (``mcp-server-git``, from the package index), as published."""
+    return MCPSession.stdio(sys.executable, ["-m", "mcp_server_git"], name="git")
+
+
+def build_release_agent(git: MCPSession, repo: str | Path, checkpointer: BaseCheckpointer | None = None) -> Any:
+    """Write the release notes (a tool of our own), stage them and commit them with the git server's tools:
+    ``git_add`` is idempotent by its annotations, ``git_commit`` is not (external: never run twice)."""
+    notes = Path(repo) / "NOTES.md"
+
+    def write_notes() -> str:
+        """Write this release's notes."""
+        notes.write_text(f"release notes {uuid.uuid4().hex}\n")
+        return "notes written"
+
+    model = ScriptedModel(
+        [
+            Reply(tool_calls=[("write_notes", {})]),
+            Reply(tool_calls=[("git_add", {"repo_path": str(repo), "files": ["NOTES.md"]})]),
+            Reply(tool_calls=[("git_commit", {"repo_path": str(repo), "message": "release notes"})]),
+            "Committed the release notes.",
+        ]
+    )
+    tools = [write_notes, *mcp_tools(git, only=["git_add", "git_commit"])]
     return ReactAgent(model, tools=tools).compile(checkpointer=checkpointer)

@@ -5,6 +5,8 @@ in its own database, outside the agent's process."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 
 pytest.importorskip("mcp.client.session", reason="the mcp extra is not installed: pip install '.[mcp]'")
 
-from examples.mcp_tools.agent import build_agent, ticket_server_over_http
+from examples.mcp_tools.agent import build_agent, build_release_agent, git_server, ticket_server_over_http
 from pytest_replaysafe import CrashRun
 from tenxgraph import Message
 from tenxgraph.integrations.mcp import MCPSession
@@ -64,3 +66,42 @@ def test_mcp_tools_are_replay_safe(crash_run: CrashRun, session: MCPSession, ser
                 assert rows == 1 or (rows == 0 and tool == "open_ticket"), f"{tool} applied {rows} times"
     doubted = [r for m in result.messages for r in m.tool_results if r.status == "in_doubt"]
     assert all("open_ticket" in str(r.output) for r in doubted)
+
+
+@pytest.fixture(scope="module")
+def git() -> Iterator[MCPSession]:
+    """The official git MCP server, one for the module (a forked SIGKILL child starts its own)."""
+    with git_server() as session:
+        yield session
+
+
+def new_repo(root: Path) -> Path:
+    repo = root / uuid.uuid4().hex
+    repo.mkdir(parents=True)
+    for args in (["init", "-q"], ["config", "user.email", "ci@example.com"], ["config", "user.name", "ci"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    (repo / "NOTES.md").write_text("none yet\n")
+    subprocess.run(["git", "add", "NOTES.md"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "start"], cwd=repo, check=True)
+    return repo
+
+
+#: The git test's points: those around each call and the node's end (every point is the ticket test's).
+GIT_POINTS = ["tool.before_invoke", "tool.in_flight", "tool.after_return", "tool.after_record", "node.after_complete"]
+
+
+@pytest.mark.crash_matrix(points=GIT_POINTS, backends=["sqlite", "postgres"], modes=["inprocess", "sigkill"])
+def test_git_commits_through_the_official_server_are_replay_safe(
+    crash_run: CrashRun, git: MCPSession, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    repo = new_repo(tmp_path_factory.mktemp("repos"))
+    request = {"messages": [Message.text_message("commit the release notes")]}
+    result = crash_run.invoke(build_release_agent(git, repo, crash_run.checkpointer), request)
+    assert result.final_text == "Committed the release notes."
+    # git_commit ran at most once on this hit's thread (a commit a crash left in doubt is not made again), and the
+    # repository agrees: at most one commit per run on it (this execution's crashed run, and the clean run when this
+    # is the test's first execution)
+    commits = [e for e in crash_run.entries(crash_run.thread_id) if e.event == "start" and e.tool == "git_commit"]
+    assert len(commits) <= 1
+    count = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=repo, capture_output=True, text=True)
+    assert 0 <= int(count.stdout) - 1 <= 2
