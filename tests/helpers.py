@@ -1,17 +1,23 @@
-"""Test helpers: a checkpointer spy that counts calls to the inner backend."""
+"""Test helpers: a checkpointer spy that counts calls to the inner backend; the crash matrix against a mutant."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from tenxgraph.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, ThreadSnapshot
 from tenxgraph.storage.checkpointer.delegating import DelegatingCheckpointer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class SpyCheckpointer(DelegatingCheckpointer):
@@ -93,3 +99,17 @@ def refund_order(order_id: str, amount: float) -> str:
 def lookup_order(order_id: str) -> dict[str, Any]:
     """Look up an order."""
     return {"order_id": order_id, "total": 20.0}
+
+
+def mutant_matrix(folder: Path, mutant: str | None, test_file: Path, options: list[str]) -> dict[str, Any]:
+    """The crash matrix over a copy of *test_file* in *folder*, in a pytest process of its own whose conftest applies
+    *mutant* (tests/mutants.py; None: the runtime as it is), with *options*: its JSON report, and ``exit``."""
+    folder.mkdir()
+    (folder / "conftest.py").write_text(f"from tests.mutants import apply\n\napply({mutant!r})\n")
+    (folder / test_file.name).write_text(test_file.read_text())
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", "--crash-matrix"]
+    command += [*options, "--crash-report=r.json", test_file.name]
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    assert (folder / "r.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    return {"exit": done.returncode, **json.loads((folder / "r.json").read_text())}

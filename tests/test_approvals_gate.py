@@ -4,19 +4,14 @@ each approval mutant of tests/mutants.py for its own reason (``-s`` prints how m
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.helpers import ROOT, mutant_matrix
 from tests.mutants import APPROVAL_MUTANTS
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "approved_refund" / "test_approved_refund.py"
 
 #: What each mutant must be caught by: a part of the detail of its violation cells.
@@ -28,24 +23,13 @@ CAUSES = {
 }
 
 
-def approval_matrix(folder: Path, mutant: str | None, backends: str) -> dict[str, Any]:
-    folder.mkdir()
-    (folder / "conftest.py").write_text(f"from tests.mutants import apply\n\napply({mutant!r})\n")
-    (folder / "test_approved_refund.py").write_text(EXAMPLE.read_text())
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", "--crash-matrix"]
-    command += [f"--crash-backends={backends}", "--crash-seed=3", "--crash-report=r.json", "test_approved_refund.py"]
-    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
-    assert (folder / "r.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
-    return {"exit": done.returncode, **json.loads((folder / "r.json").read_text())}
-
-
 @pytest.mark.xdist_group("approvals-gate")
 def test_the_matrix_proves_approvals_and_catches_each_broken_one(tmp_path: Path) -> None:
     assert set(CAUSES) == set(APPROVAL_MUTANTS)
     names: list[str | None] = [None, *APPROVAL_MUTANTS]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        found = pool.map(lambda m: approval_matrix(tmp_path / (m or "control"), m, "sqlite"), names)
+        options = ["--crash-backends=sqlite", "--crash-seed=3"]
+        found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, EXAMPLE, options), names)
         reports = dict(zip(names, found, strict=True))
     control = reports[None]
     cells = control["cells"]

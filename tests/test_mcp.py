@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("mcp.client.session", reason="the mcp extra is not installed: pip install '.[mcp]'")
 
-from examples.mcp_tools.agent import ROOT, ticket_server, ticket_server_over_http
+from examples.mcp_tools.agent import ROOT, new_repo, ticket_server, ticket_server_over_http
 from tenxgraph import ConfigError, Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected
@@ -48,14 +48,11 @@ def agent(session: MCPSession, cp: Any, replies: list[Any], options: ToolOptions
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    path.mkdir()
-    for args in (["init", "-q"], ["config", "user.email", "t@example.com"], ["config", "user.name", "t"]):
-        subprocess.run(["git", *args], cwd=path, check=True)
-    (path / "notes.md").write_text("v1\n")
-    subprocess.run(["git", "add", "notes.md"], cwd=path, check=True)
-    subprocess.run(["git", "commit", "-qm", "init"], cwd=path, check=True)
-    return path
+    repo = new_repo(tmp_path)
+    (repo / "notes.md").write_text("v1\n")
+    subprocess.run(["git", "add", "notes.md"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "init"], cwd=repo, check=True)
+    return repo
 
 
 def git_server(repo: Path) -> MCPSession:
@@ -230,9 +227,9 @@ git_agent({str(repo)!r}, {str(tmp_path / "agent.db")!r})
     (repo / "notes.md").write_text("v2\n")
     killed = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
-    assert commits(repo) == 2  # the server committed before the kill
+    assert commits(repo) == 3  # the server committed before the kill
     result = git_agent(str(repo), str(tmp_path / "agent.db"))
-    assert commits(repo) == 2 and result.final_text == "committed"
+    assert commits(repo) == 3 and result.final_text == "committed"
     asked = next(i for i, m in enumerate(result.messages) if any(c.name == "git_commit" for c in m.tool_calls))
     (commit,) = result.messages[asked + 1].tool_results
     assert commit.status == "in_doubt" and "'git_commit' is in doubt" in str(commit.output)

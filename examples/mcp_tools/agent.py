@@ -97,3 +97,15 @@ def build_release_agent(git: MCPSession, repo: str | Path, checkpointer: BaseChe
     )
     tools = [write_notes, *mcp_tools(git, only=["git_add", "git_commit"])]
     return ReactAgent(model, tools=tools).compile(checkpointer=checkpointer)
+
+
+def new_repo(root: str | Path) -> Path:
+    """A fresh git repository under *root*, with a first commit (the release agent's workspace)."""
+    repo = Path(root) / uuid.uuid4().hex
+    repo.mkdir(parents=True)
+    for args in (["init", "-q"], ["config", "user.email", "ci@example.com"], ["config", "user.name", "ci"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    (repo / "NOTES.md").write_text("none yet\n")
+    subprocess.run(["git", "add", "NOTES.md"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "start"], cwd=repo, check=True)
+    return repo

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 pytest.importorskip("mcp.client.session", reason="the mcp extra is not installed: pip install '.[mcp]'")
 
-from examples.mcp_tools.agent import build_agent, build_release_agent, git_server, ticket_server_over_http
+from examples.mcp_tools.agent import build_agent, build_release_agent, git_server, new_repo, ticket_server_over_http
 from pytest_replaysafe import CrashRun
 from tenxgraph import Message
 from tenxgraph.integrations.mcp import MCPSession
@@ -73,17 +72,6 @@ def git() -> Iterator[MCPSession]:
     """The official git MCP server, one for the module (a forked SIGKILL child starts its own)."""
     with git_server() as session:
         yield session
-
-
-def new_repo(root: Path) -> Path:
-    repo = root / uuid.uuid4().hex
-    repo.mkdir(parents=True)
-    for args in (["init", "-q"], ["config", "user.email", "ci@example.com"], ["config", "user.name", "ci"]):
-        subprocess.run(["git", *args], cwd=repo, check=True)
-    (repo / "NOTES.md").write_text("none yet\n")
-    subprocess.run(["git", "add", "NOTES.md"], cwd=repo, check=True)
-    subprocess.run(["git", "commit", "-qm", "start"], cwd=repo, check=True)
-    return repo
 
 
 #: The git test's points: those around each call and the node's end (every point is the ticket test's).
