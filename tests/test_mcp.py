@@ -198,19 +198,21 @@ def test_over_streamable_http(tmp_path: Path) -> None:
         assert result.final_text == "ok" and rows(db, "SELECT count(*) FROM notes") == [(1,)]
 
 
-def test_a_tool_gone_after_a_restart_is_answered_as_unknown(desk: tuple[MCPSession, Path], tmp_path: Path) -> None:
+def test_tools_gone_after_a_restart_replay_their_records_and_answer_unknown(
+    desk: tuple[MCPSession, Path], tmp_path: Path
+) -> None:
     session, db = desk
-    replies = [Reply(tool_calls=[("open_ticket", {"title": "a"}), ("add_note", {"ticket": 1, "note": "n"})]), "ok"]
+    replies = [Reply(tool_calls=[("open_ticket", {"title": "a"})]), Reply(tool_calls=[("add_note", {"ticket": 1,
+               "note": "n"})]), "ok"]  # fmt: skip
     cp = SqliteCheckpointer(tmp_path / "agent.db")
-    with crashpoints.armed("tool.after_record", 1), pytest.raises(CrashInjected):  # the first record is written
+    with crashpoints.armed("tool.after_record", 1), pytest.raises(CrashInjected):  # open_ticket is recorded
         agent(session, cp, replies).invoke(GO, {"thread_id": "t"})
-    smaller = ReactAgent(ScriptedModel(replies), tools=mcp_tools(session, only=["open_ticket"]))  # add_note is gone
-    done = smaller.compile(checkpointer=cp).invoke(None, {"thread_id": "t"})
-    answers = {r.call_id: r for m in done.messages for r in m.tool_results}
-    recorded = [a for a in answers.values() if not a.is_error]
-    gone = [a for a in answers.values() if a.is_error]
-    assert len(recorded) + len(gone) == 2 and all("unknown tool 'add_note'" in str(a.output) for a in gone)
-    assert rows(db, "SELECT count(*) FROM tickets") == [(1,)]
+    fewer = ReactAgent(ScriptedModel(replies), tools=mcp_tools(session, only=["get_ticket"]))  # both are gone now
+    done = fewer.compile(checkpointer=cp).invoke(None, {"thread_id": "t"})
+    opened, noted = (m.tool_results[0] for m in done.messages if m.role == "tool")
+    assert opened.output == "opened ticket #1: a" and not opened.is_error  # replayed from its record
+    assert noted.is_error and "unknown tool 'add_note'; available tools: get_ticket" in str(noted.output)
+    assert rows(db, "SELECT count(*) FROM tickets") == [(1,)] and rows(db, "SELECT count(*) FROM notes") == [(0,)]
 
 
 def test_a_real_git_server_commits_once_across_a_kill(repo: Path, tmp_path: Path) -> None:

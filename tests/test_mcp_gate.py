@@ -3,6 +3,7 @@ own database) passes the integration, and fails each MCP mutant of tests/mutants
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,3 +41,30 @@ def test_the_matrix_passes_mcp_tools_and_catches_each_broken_integration(tmp_pat
         print(f"  {mutant:28} {len(caught):4} failed cells: {cause!r}")
         assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
         assert reports[mutant]["exit"] != 0
+
+
+DYING = """
+import pytest
+from examples.mcp_tools.agent import ticket_server
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+from tenxgraph.integrations.mcp import mcp_tools
+
+
+@pytest.mark.crash_matrix(points=["run.after_advance"], backends=["sqlite"], modes=["inprocess"])
+def test_a_server_that_exits(crash_run, tmp_path):
+    with ticket_server(tmp_path / "t.db") as desk:
+        model = ScriptedModel([Reply(tool_calls=[("exit_server", {"code": 3})]), "done"])
+        app = ReactAgent(model, tools=mcp_tools(desk)).compile(checkpointer=crash_run.checkpointer)
+        crash_run.invoke(app, {"messages": [Message.text_message("go")]})
+"""
+
+
+def test_a_server_that_exits_mid_run_is_an_error_cell_naming_it(tmp_path: Path) -> None:
+    test_file = tmp_path / "test_dying.py"
+    test_file.write_text(DYING)
+    started = time.monotonic()
+    report = mutant_matrix(tmp_path / "run", None, test_file, ["--crash-seed=1"])
+    assert time.monotonic() - started < 120 and report["exit"] != 0  # no hang; the gate is red
+    (cell,) = report["cells"]
+    assert cell["outcome"] == "error" and "MCP server 'tickets'" in cell["detail"]
+    assert "went away during the call to 'exit_server'" in cell["detail"]

@@ -97,8 +97,9 @@ POINTS: tuple[CrashPoint, ...] = (
     CrashPoint(
         "tool.in_flight",
         "crash",
-        "the effects simulator applied a side effect; the tool has not returned",
+        "the effects simulator applied a side effect (or an MCP server answered); the tool has not returned",
         "pytest_replaysafe.run.effects",
+        ("tenxgraph.integrations.mcp.tools",),
     ),
     CrashPoint(
         "tool.after_return",
