@@ -78,7 +78,7 @@ def git() -> Iterator[MCPSession]:
 GIT_POINTS = ["tool.before_invoke", "tool.in_flight", "tool.after_return", "tool.after_record", "node.after_complete"]
 
 
-@pytest.mark.crash_matrix(points=GIT_POINTS, backends=["sqlite", "postgres"], modes=["inprocess", "sigkill"])
+@pytest.mark.crash_matrix(points=GIT_POINTS, backends=["sqlite"], modes=["inprocess", "sigkill"])
 def test_git_commits_through_the_official_server_are_replay_safe(
     crash_run: CrashRun, git: MCPSession, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
