@@ -268,3 +268,23 @@ def _cmdline(proc: Path) -> str:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_calls_that_find_the_server_gone_together_reconnect_it_once(desk: tuple[MCPSession, Path]) -> None:
+    session, db = desk
+    from tenxgraph.utils.sync import run_sync
+
+    run_sync(session.acall_tool("open_ticket", {"title": "first"}, {KEY_META: "k0"}))
+    (server,) = [p for p in Path("/proc").iterdir() if p.name.isdigit() and str(db) in _cmdline(p)]
+    os.kill(int(server.name), signal.SIGKILL)
+    time.sleep(0.2)
+
+    async def both() -> None:
+        import asyncio
+
+        await asyncio.gather(*(session.acall_tool("open_ticket", {"title": t}, {KEY_META: t}) for t in "ab"))
+
+    run_sync(both())
+    servers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and str(db) in _cmdline(p)]
+    assert len(servers) == 1  # one new server, not one per call
+    assert sorted(rows(db, "SELECT title FROM tickets")) == [("a",), ("b",), ("first",)]

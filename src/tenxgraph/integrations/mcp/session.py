@@ -47,6 +47,7 @@ class MCPSession:
         self._session: ClientSession | None = None
         self._stop: asyncio.Event | None = None
         self._holder: asyncio.Future[None] | None = None
+        self._connecting: asyncio.Lock | None = None  # (on the session's loop: one connect at a time)
         #: The server's tools as last listed (on connecting).
         self.tools: list[types.Tool] = []
 
@@ -100,6 +101,7 @@ class MCPSession:
         with self._guard:
             if self._pid != os.getpid():  # (a fork: the parent's thread and pipes are not this process's)
                 self._pid, self._loop, self._session, self._holder = os.getpid(), None, None, None
+                self._connecting = None
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 threading.Thread(target=loop.run_forever, name=f"mcp-{self.name}", daemon=True).start()
@@ -107,11 +109,17 @@ class MCPSession:
             return self._loop
 
     async def _open(self) -> None:
-        """(On the session's loop.) Start the task that holds the connection; wait until it is ready or failed."""
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._stop = asyncio.Event()
-        self._holder = asyncio.ensure_future(self._hold(ready, self._stop))
-        await ready
+        """(On the session's loop.) Start the task that holds the connection, unless a call that came first did;
+        wait until it is ready or failed. Calls that find the server gone at once reconnect it once, together."""
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._session is not None and self._holder is not None and not self._holder.done():
+                return
+            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._stop = asyncio.Event()
+            self._holder = asyncio.ensure_future(self._hold(ready, self._stop))
+            await ready
 
     async def _hold(self, ready: asyncio.Future[None], stop: asyncio.Event) -> None:
         with tempfile.TemporaryFile("w+") as errlog:
