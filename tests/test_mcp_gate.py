@@ -28,7 +28,7 @@ def test_the_matrix_passes_mcp_tools_and_catches_each_broken_integration(tmp_pat
     assert set(CAUSES) == set(MCP_MUTANTS)
     names: list[str | None] = [None, *MCP_MUTANTS]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        options = ["--crash-backends=sqlite", "--crash-modes=inprocess", "--crash-seed=5"]
+        options = ["--crash-backends=sqlite", "--crash-modes=inprocess", "--crash-seed=5", "--crash-hits=1"]
         options += ["-k", "test_mcp_tools_are_replay_safe"]  # the ticket desk's test (its rows are the count)
         found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, EXAMPLE, options), names)
         reports = dict(zip(names, found, strict=True))
