@@ -64,7 +64,8 @@ class WireServer:
     (status, headers, body) and records the requests. Tests never reach the internet."""
 
     def __init__(self) -> None:
-        self.script: list[tuple[int, dict[str, str], dict[str, Any]]] = []
+        #: (status, headers, body): a JSON body, or bytes sent as they are (a recorded SSE stream, say).
+        self.script: list[tuple[int, dict[str, str], dict[str, Any] | bytes]] = []
         self.requests: list[dict[str, Any]] = []
         server = self
 
@@ -73,7 +74,7 @@ class WireServer:
                 length = int(self.headers.get("content-length", 0))
                 server.requests.append({"path": self.path, "body": json.loads(self.rfile.read(length))})
                 status, headers, body = server.script.pop(0)
-                payload = json.dumps(body).encode()
+                payload = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
                 for name, value in {"content-type": "application/json", **headers}.items():
                     self.send_header(name, value)

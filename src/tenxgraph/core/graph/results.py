@@ -34,6 +34,46 @@ class RunResult(Generic[S]):
         return self.state.meta.status
 
     @property
+    def finish_reason(self) -> str | None:
+        """How the last model turn ended (``stop``, ``tool_calls``, ``length``, ``content_filter``, ``refusal``,
+        ``blocked``...), as its provider wrapper recorded it; None if it said nothing."""
+        message = self.state.last_assistant
+        reason = message.metadata.get("finish_reason") if message is not None else None
+        return reason if isinstance(reason, str) else None
+
+    @property
+    def refusal(self) -> str | None:
+        """The last model turn's refusal text, if the model refused."""
+        message = self.state.last_assistant
+        text = message.metadata.get("refusal") if message is not None else None
+        return text if isinstance(text, str) else None
+
+    @property
+    def outcome(self) -> str:
+        """What the run ended with, refusals and blocks told apart from answers: ``completed``, ``refused``,
+        ``blocked`` (the prompt or the reply was filtered), ``truncated`` (cut at the token limit), or the status
+        when the run did not finish (``interrupted``, ``error``, ``running``)."""
+        if self.status != "done":
+            return self.status
+        reason = self.finish_reason
+        if reason == "refusal":
+            return "refused"
+        if reason in ("blocked", "content_filter"):
+            return "blocked"
+        return "truncated" if reason == "length" else "completed"
+
+    @property
+    def usage(self) -> dict[str, int]:
+        """Token counts summed over the thread's model turns (those whose provider reported them)."""
+        total: dict[str, int] = {}
+        for message in self.state.messages:
+            counts = message.metadata.get("usage") if message.role == "assistant" else None
+            for name, value in (counts.items() if isinstance(counts, dict) else ()):
+                if isinstance(value, int):
+                    total[name] = total.get(name, 0) + value
+        return total
+
+    @property
     def final_text(self) -> str:
         """The text of the last assistant message ("" if there is none)."""
         message = self.state.last_assistant
