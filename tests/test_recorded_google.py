@@ -119,10 +119,14 @@ def test_thought_summaries_stream_as_reasoning_chunks(wire: WireServer) -> None:
         ("test_google_model_armor_prompt_template_text_gets_blocked", "blocked", "blocked", None),
     ],
 )
-def test_silent_endings_become_outcomes(wire: WireServer, name: str, outcome: str, reason: str, said: str | None) -> None:
+def test_silent_endings_become_outcomes(
+    wire: WireServer, name: str, outcome: str, reason: str, said: str | None
+) -> None:
     (turn,) = cassette(f"test_google/{name}")
     serve(wire, turn["response"])
-    result = ReactAgent(model=model(wire, "gemini-2.5-flash")).compile().invoke({"messages": ["q"]}, {"thread_id": name})
+    result = (
+        ReactAgent(model=model(wire, "gemini-2.5-flash")).compile().invoke({"messages": ["q"]}, {"thread_id": name})
+    )
     assert result.status == "done" and result.outcome == outcome and result.finish_reason == reason
     metadata = result.messages[-1].metadata
     assert metadata.get("provider_finish_reason") == said

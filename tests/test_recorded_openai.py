@@ -34,7 +34,7 @@ def wire() -> Iterator[WireServer]:
 ran: list[tuple[str, dict[str, Any]]] = []
 
 
-def GetWeatherArgs(city: str, country: str, units: Literal["c", "f"] = "c") -> str:  # noqa: N802 (the recorded name)
+def GetWeatherArgs(city: str, country: str, units: Literal["c", "f"] = "c") -> str:
     """Get the temperature for the given country/city combo"""
     ran.append(("GetWeatherArgs", {"city": city, "country": country, "units": units}))
     return f"12 degrees {units} in {city}"
@@ -129,7 +129,10 @@ def test_streamed_parallel_calls_run_once_and_go_back_as_the_real_api_sent_them(
                             "reasoning_tokens": 0}  # fmt: skip
     follow_up = wire.requests[1]["body"]["messages"]
     assistant = follow_up[2]
-    assert [c["id"] for c in assistant["tool_calls"]] == ["call_JMW1whyEaYG438VE1OIflxA2", "call_DNYTawLBoN8fj3KN6qU9N1Ou"]
+    assert [c["id"] for c in assistant["tool_calls"]] == [
+        "call_JMW1whyEaYG438VE1OIflxA2",
+        "call_DNYTawLBoN8fj3KN6qU9N1Ou",
+    ]
     assert assistant["tool_calls"][0]["function"]["arguments"] == '{"city": "Edinburgh", "country": "GB", "units": "c"}'
     assert [m["tool_call_id"] for m in follow_up[3:]] == [c["id"] for c in assistant["tool_calls"]]
 
