@@ -65,17 +65,25 @@ FIXTURE_POINTS = {
     "approval.after_pause": "approvals",
     "approval.after_decision": "approvals",
 }
+#: Points that exist in some modes only: a model streams its reply to a caller only when the run is streamed. Where
+#: the test's model does not stream (a custom node calling ``agenerate``), the cell is not applicable.
+MODE_POINTS = {"model.mid_stream": ("stream",)}
 #: Modes that join a test's default ones when it uses a fixture: a person's answers sent twice, where the harness
 #: plays the person (``approvals``).
 FIXTURE_MODES = {"double-resume": "approvals"}
 #: What makes such a point reachable, for the vacuous message.
 REACH = {
+    "model.mid_stream": (
+        "it fires when a model streams its reply to a streamed run (stream_mode='messages'): ReactAgent's model "
+        "node, or tenxgraph.models.generate() in your own, with a model that has astream() (OpenAI, Gemini, "
+        "ScriptedModel)"
+    ),
     "tool.in_flight": (
         "it fires inside the effects fixture's apply(), the moment a side effect is done and its tool has not "
         "returned: apply your tool's effect through effects.apply(kind, payload, idempotency_key) (your provider "
         "stand-in), or call tenxgraph.core.crashpoints.crash_point('tool.in_flight') in your tool right after its "
         "effect (docs/crash-matrix.md#fixtures)"
-    )
+    ),
 }
 
 
@@ -348,7 +356,13 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
         if not split_names(opts.get("points")):
             points = [p for p in points if p in LANGGRAPH_POINTS]
         modes = [m for m in modes if m in LANGGRAPH_MODES]
-    cells = [Cell(p, b.name, m) for p in points for b in chosen for m in modes if m not in FAULT_CELL_MODES]
+    cells = [
+        Cell(p, b.name, m)
+        for p in points
+        for b in chosen
+        for m in modes
+        if m not in FAULT_CELL_MODES and m in MODE_POINTS.get(p, (m,))
+    ]
     if not langgraph:
         cells += _fault_cells(points, chosen, settings.faults, marked_modes or settings.modes)
     if not marked_modes and not settings.modes and not langgraph:
@@ -387,7 +401,7 @@ def _fault_cells(
     for fault in sorted(faults & set(FAULT_CELL_MODES)):
         if modes and fault not in modes:
             continue
-        crash_points = [p for p in points if get_crash_point(p).kind == "crash"]
+        crash_points = [p for p in points if get_crash_point(p).kind == "crash" and p not in MODE_POINTS]
         out += [Cell(p, b.name, fault) for p in crash_points for b in backends if fault in b.faults]
     return out
 

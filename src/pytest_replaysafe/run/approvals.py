@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, call_id_of, preview
 from tenxgraph.core.tools.interrupts import Resume
+from tenxgraph.state.messages import Message
 
 if TYPE_CHECKING:
     from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
@@ -113,12 +114,28 @@ class Approvals:
 def run_once(
     graph: CompiledGraph[Any], input: Mapping[str, Any] | Resume | None, cfg: dict[str, Any], stream: bool
 ) -> RunResult[Any]:
-    """One run of *graph*: ``invoke``, or ``stream`` to its end."""
+    """One run of *graph*: ``invoke``, or ``stream`` to its end with the modes a chat UI uses (model tokens and
+    tool results as they happen, node updates, the result). Streamed, it checks the stream's promise: every tool
+    result a node stores was streamed before that node's update, marked replayed exactly when it was."""
     if not stream:
         return graph.invoke(input, cfg)
-    result = None
-    for event in graph.stream(input, cfg):
-        result = event.result or result
+    result: RunResult[Any] | None = None
+    streamed: dict[str, bool] = {}  # tool result message id -> marked replayed
+    for mode, chunk in graph.stream(input, cfg, stream_mode=["updates", "messages", "result"]):
+        if mode == "result":
+            result = chunk
+        elif mode == "messages" and isinstance(chunk[0], Message) and chunk[0].role == "tool":
+            streamed[chunk[0].message_id] = bool(chunk[1].get("replayed"))
+        elif mode == "updates":
+            for update in chunk.values():
+                for message in update.get("messages", ()):
+                    if message.role == "tool" and streamed.get(message.message_id) != bool(
+                        message.metadata.get("replayed")
+                    ):
+                        raise AssertionError(
+                            f"stream_mode='messages' did not stream tool result {message.message_id!r} (replayed="
+                            f"{bool(message.metadata.get('replayed'))}) before its node's update: {streamed}"
+                        )
     assert result is not None
     return result
 

@@ -3,13 +3,10 @@ resumed at a hit of the cell's point, and judges every hit; the plugin calls it 
 body (``planned_executions``, ``begin_execution``, ``body_failed``, ``conclude``), and one hit's schedule is played
 by :mod:`.hitrun`, which calls it back for what a schedule needs.
 
-The test body runs once per hit (the plugin calls it again for each): in each execution ``crash_run.invoke``
-crashes at that hit, resumes, and returns the resumed result, and ``crash_run.thread_id`` is that hit's thread,
-so the test's own assertions hold for every hit, not only the last.
-
-(Longer than our ~350-line guide: one class drives a cell through every mode, hit, completion order and
-schedule; what it uses is in modules of its own: modes, faults, hitrun (one hit's schedule, played), schedules
-(which executions follow), orders, evidence, spy, verdict, timeline, exposure.)
+The test body runs once per hit: ``crash_run.invoke`` crashes at that hit, resumes and returns the resumed result
+(``crash_run.thread_id`` is that hit's thread), so the test's own assertions hold for every hit.
+(Past the ~350-line guide: one class drives a cell through every mode, hit, completion order and schedule; what it
+uses has modules of its own: modes, faults, hitrun, schedules, orders, evidence, spy, verdict, timeline, exposure.)
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ from pytest_replaysafe.judge.gaps import GAPS_DOC, GapRule, gap_reasons, point_g
 from pytest_replaysafe.judge.outcome import FAILING, CellResult, Outcome
 from pytest_replaysafe.judge.provenance import given_keys, shared_keys
 from pytest_replaysafe.judge.verdict import Reference, call_labels, judge, reference, result_problems
-from pytest_replaysafe.matrix.cells import Backend, Cell, reach_hint
+from pytest_replaysafe.matrix.cells import MODE_POINTS, Backend, Cell, reach_hint
 from pytest_replaysafe.matrix.orders import Groups, Orders
 from pytest_replaysafe.matrix.schedules import DEPTH_MODES, Depth, Plan, Planner, SecondCrash
 from pytest_replaysafe.report import timeline
@@ -356,9 +353,12 @@ class CellDriver:
         if self.cell.budget:
             drive.reached = min(drive.reached, 2)
         self.drives.append(drive)
-        if drive.reached == 0:
+        if drive.reached == 0:  # vacuous; not applicable at a point of streamed models where the model does not stream
+            outcome = Outcome.NOT_APPLICABLE if self.cell.point in MODE_POINTS else Outcome.VACUOUS
             detail = f"{self.cell.point} was never reached by a clean run of this test{reach_hint(self.cell.point)}"
-            self._record(0, Outcome.VACUOUS, None, {}, 0.0, detail)
+            self._record(0, outcome, None, {}, 0.0, detail)
+            if outcome == Outcome.NOT_APPLICABLE:
+                pytest.skip(f"not_applicable: {detail}")
             raise ReplaySafetyViolation(f"VACUOUS: {detail}\n    repro: {self.results[-1].repro}")
         return drive
 

@@ -91,6 +91,12 @@ POINTS: tuple[CrashPoint, ...] = (
         "the current node is recorded; the node has not started",
         "tenxgraph.core.graph.compiled",
     ),
+    CrashPoint(
+        "model.mid_stream",
+        "crash",
+        "a model's reply is streaming: its first chunk reached the caller; nothing of it is stored",
+        "tenxgraph.models.calls",
+    ),
     CrashPoint("tool.before_ledger_read", "crash", "tool node started; the ledger has not been read yet", _HANDLER),
     CrashPoint("ledger.read_error", "fault", "the batched ledger read fails (fault point)", _HANDLER),
     CrashPoint("tool.before_invoke", "crash", "ledger miss; the tool is about to run", _HANDLER, (_LANGGRAPH,)),

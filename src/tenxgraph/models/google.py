@@ -54,6 +54,9 @@ def retry_delay(exc: Exception, attempt: int, cap: float = 8.0) -> float:
 
 
 class GoogleChatModel:
+    #: The provider, as OpenTelemetry's GenAI conventions name it (``gen_ai.provider.name``).
+    provider = "gcp.gemini"
+
     def __init__(
         self,
         model: str,

@@ -159,6 +159,9 @@ class OpenAIStream:
 
 
 class OpenAIChatModel:
+    #: The provider, as OpenTelemetry's GenAI conventions name it (``gen_ai.provider.name``).
+    provider = "openai"
+
     def __init__(
         self,
         model: str,

@@ -6,11 +6,13 @@ from hidden state, so a run resumed in a *new process* gets exactly the reply th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenxgraph.state.messages import JSON, Message, ToolCallBlock
+from tenxgraph.models.stream import MessageChunk, ToolCallChunk
+from tenxgraph.state.messages import JSON, Message, TextBlock, ToolCallBlock
 from tenxgraph.utils.errors import TenxGraphError
 
 
@@ -47,7 +49,10 @@ def _assistant_turns(messages: Sequence[Message]) -> int:
 
 
 class ScriptedModel:
-    """Replies ``script[i]`` where ``i = turn_of(messages)`` (default: assistant messages so far)."""
+    """Replies ``script[i]`` where ``i = turn_of(messages)`` (default: assistant messages so far). It streams too
+    (:meth:`astream`): the reply's words, then each call's arguments in two pieces, as a provider would."""
+
+    provider = "scripted"
 
     def __init__(
         self,
@@ -79,3 +84,19 @@ class ScriptedModel:
             # a fresh id: a regenerated message is a new message (and gets new ledger keys)
             return Message(role="assistant", content=step.content, metadata=step.metadata)
         raise TypeError(f"script step #{turn + 1} produced {step!r}; expected a Reply, a str or a Message")
+
+    async def astream(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, JSON]]
+    ) -> AsyncIterator[MessageChunk | Message]:
+        reply = await self.agenerate(messages, tools)
+        for block in reply.content:
+            if isinstance(block, TextBlock):
+                words = block.text.split(" ")
+                for n, word in enumerate(words):
+                    yield MessageChunk(reply.message_id, text=word if n == len(words) - 1 else word + " ")
+        for index, call in enumerate(reply.tool_calls):
+            args = call.args if isinstance(call.args, str) else json.dumps(call.args)
+            half = len(args) // 2
+            yield MessageChunk(reply.message_id, tool_call=ToolCallChunk(index, call.id, call.name, args[:half]))
+            yield MessageChunk(reply.message_id, tool_call=ToolCallChunk(index, args=args[half:]))
+        yield reply

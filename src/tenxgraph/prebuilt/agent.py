@@ -10,12 +10,13 @@ from tenxgraph.core.graph.state_graph import StateGraph
 from tenxgraph.core.graph.tool_node import ToolNode
 from tenxgraph.core.tools.tool import Tool
 from tenxgraph.models.base import ChatModel
+from tenxgraph.models.calls import generate
 from tenxgraph.models.registry import resolve_model
 from tenxgraph.state.messages import Message
 from tenxgraph.state.state import AgentState
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.constants import END
-from tenxgraph.utils.errors import ConfigError, TenxGraphError
+from tenxgraph.utils.errors import ConfigError
 
 S = TypeVar("S", bound=AgentState)
 MAIN = "MAIN"
@@ -67,9 +68,8 @@ class ReactAgent(Generic[S]):
         self.state_schema = state_schema
 
     async def _main(self, state: AgentState) -> dict[str, Any]:
-        reply = await self.model.agenerate([*self.system_messages, *state.messages], self.tool_node.schemas())
-        if not isinstance(reply, Message) or reply.role != "assistant":
-            raise TenxGraphError(f"the model returned {reply!r}; a ChatModel must return an assistant Message")
+        """The model node: its reply streams to a caller that asks for tokens (see :func:`generate`)."""
+        reply = await generate(self.model, [*self.system_messages, *state.messages], self.tool_node.schemas())
         return {"messages": [reply]}
 
     @staticmethod

@@ -27,9 +27,12 @@ from tenxgraph.core.graph.graph_spec import GraphSpec
 from tenxgraph.core.graph.message_cache import MessageCache
 from tenxgraph.core.graph.pauses import asked_of, load_decisions, record_decisions, waiting
 from tenxgraph.core.graph.results import RunResult, StreamEvent
+from tenxgraph.core.graph.streaming import StreamMode, parse_modes, stream_run
 from tenxgraph.core.tools.config import RunConfig
 from tenxgraph.core.tools.context import RunContext, running_node
 from tenxgraph.core.tools.interrupts import GraphInterrupt, Interrupt, Pauses, Resume
+from tenxgraph.core.tools.observe import RunObserver
+from tenxgraph.core.tools.tracing import run_span, span, tracer_for
 from tenxgraph.state.messages import Message
 from tenxgraph.state.state import AgentState
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, RunLockSession, hold_run_lock
@@ -90,16 +93,30 @@ class CompiledGraph(Generic[S]):
     def invoke(self, input: Input, config: Mapping[str, Any] | None = None) -> RunResult[S]:
         return run_sync(self.ainvoke(input, config))
 
-    async def astream(self, input: Input, config: Mapping[str, Any] | None = None) -> AsyncGenerator[StreamEvent, None]:
-        """Like ``ainvoke`` (the same run loop and ledger), yielding an event per finished node and a final one
-        with the result. A replayed tool result shows as ``event.replayed``."""
-        async for event in self._run(input, RunConfig.parse(config)):
-            yield event
+    async def astream(
+        self, input: Input, config: Mapping[str, Any] | None = None, *, stream_mode: StreamMode | None = None
+    ) -> AsyncGenerator[Any, None]:
+        """Like ``ainvoke`` (the same run loop and ledger), yielding as the run goes. Without *stream_mode*: a
+        :class:`StreamEvent` per finished node and a final one with the result (a replayed tool result shows as
+        ``event.replayed``). With it (``"updates"``, ``"values"``, ``"messages"``, ``"result"``, or a list of them;
+        see :mod:`tenxgraph.core.tools.observe`): each mode's chunks, as ``(mode, chunk)`` when a list was given;
+        ``"messages"`` streams a model's tokens as they arrive and each tool result as it is recorded."""
+        cfg = RunConfig.parse(config)
+        if stream_mode is None:
+            async for event in self._run(input, cfg):
+                yield event
+            return
+        modes, single = parse_modes(stream_mode)
+        observer = RunObserver(cfg.thread_id, modes)
+        async for item in stream_run(lambda o: self._run(input, cfg, o), observer, single):
+            yield item
 
-    def stream(self, input: Input, config: Mapping[str, Any] | None = None) -> Iterator[StreamEvent]:
-        agen = self.astream(input, config)
+    def stream(
+        self, input: Input, config: Mapping[str, Any] | None = None, *, stream_mode: StreamMode | None = None
+    ) -> Iterator[Any]:
+        agen = self.astream(input, config, stream_mode=stream_mode)
 
-        async def step() -> StreamEvent:
+        async def step() -> Any:
             return await anext(agen)
 
         try:
@@ -157,10 +174,31 @@ class CompiledGraph(Generic[S]):
                 f"fields: {sorted(self._fields)}"
             )
 
-    async def _run(self, input: Input, cfg: RunConfig) -> AsyncIterator[StreamEvent]:
+    async def _run(
+        self, input: Input, cfg: RunConfig, observer: RunObserver | None = None
+    ) -> AsyncIterator[StreamEvent]:
         resume = input if isinstance(input, Resume) else None
         new_messages, new_values = self._parse_input(input if not isinstance(input, Resume) else None)
+        observer = observer if observer is not None else RunObserver(cfg.thread_id)
+        observer.tracer = tracer_for(cfg.tracer_provider)  # None (and no spans) unless a provider is configured
         after = self.message_cache.after(self.checkpointer, cfg.thread_id)  # a turn reads only newer messages
+        with run_span(observer.tracer, cfg.thread_id) as (traced, observer.parent):
+            async for event in self._locked_run(input, resume, new_messages, new_values, cfg, observer, after):
+                if event.result is not None and traced is not None:
+                    traced.set_attributes({"tenxgraph.run.status": event.result.status,
+                                           "tenxgraph.run.outcome": event.result.outcome})  # fmt: skip
+                yield event
+
+    async def _locked_run(
+        self,
+        input: Input,
+        resume: Resume | None,
+        new_messages: list[Message],
+        new_values: dict[str, Any],
+        cfg: RunConfig,
+        observer: RunObserver,
+        after: Any,
+    ) -> AsyncIterator[StreamEvent]:
         async with hold_run_lock(  # one run per thread at a time
             self.checkpointer, cfg.thread_id, cfg.lock_timeout, messages_after=after
         ) as session:
@@ -175,7 +213,7 @@ class CompiledGraph(Generic[S]):
                 state = self.state_schema.from_values(snap.values, await self.message_cache.load(cp, tid))
                 version = snap.version
             seen = {m.message_id for m in state.messages}
-            run = _Run(self, cfg, state, version, seen, session)
+            run = _Run(self, cfg, state, version, seen, session, observer)
             async for event in run.walk(resume, new_messages, new_values):
                 yield event
             yield StreamEvent(END, run.state.meta.step, result=run.result())
@@ -205,9 +243,10 @@ class _Run(Generic[S]):
         version: int,
         seen: set[str],
         session: RunLockSession,
+        observer: RunObserver,
     ) -> None:
         self.graph, self.cfg, self.state, self.version, self.seen = graph, cfg, state, version, seen
-        self.session = session
+        self.session, self.observer = session, observer
         self.steps = 0
         self.resuming = False  # the next node is the one an interrupted run left unfinished
         #: Answers to the thread's interrupts (read from the ledger), and this run's interrupt() calls.
@@ -323,6 +362,7 @@ class _Run(Generic[S]):
             await self._write(messages)
             crash_point("run.after_advance")
             self.steps += 1
+            self.observer.node_done(node, messages, values, self.state)
             yield StreamEvent(node, meta.step, messages, values)
 
     async def _pause(self, node: str, interrupts: list[Interrupt]) -> None:
@@ -345,12 +385,18 @@ class _Run(Generic[S]):
         graph, cfg = self.graph, self.cfg
         fn = graph.nodes[node]
         view = dataclasses.replace(self.state, messages=list(self.state.messages))
-        self.pauses.step = self.state.meta.step
+        self.pauses.step = self.observer.step = self.state.meta.step
+        self.pauses.node = self.observer.node = node
         self.pauses.raised.clear()
-        ctx = RunContext(cfg, graph.checkpointer, node, self.resuming, self.pauses)
+        ctx = RunContext(cfg, graph.checkpointer, node, self.resuming, self.pauses, self.observer)
+        traced: dict[str, str | bool | int] = {
+            "tenxgraph.node": node,
+            "tenxgraph.step": self.state.meta.step,
+            "tenxgraph.node.resumed": self.resuming,
+        }
         self.resuming = False
         try:
-            with running_node(ctx):
+            with running_node(ctx), span(self.observer.tracer, f"node {node}", traced, self.observer.parent):
                 async with asyncio.timeout(cfg.node_timeout) as limit:
                     update = await (fn(view) if graph._async_nodes[node] else to_thread(fn, view))
         except GraphInterrupt:

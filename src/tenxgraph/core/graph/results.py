@@ -68,7 +68,7 @@ class RunResult(Generic[S]):
         total: dict[str, int] = {}
         for message in self.state.messages:
             counts = message.metadata.get("usage") if message.role == "assistant" else None
-            for name, value in (counts.items() if isinstance(counts, dict) else ()):
+            for name, value in counts.items() if isinstance(counts, dict) else ():
                 if isinstance(value, int):
                     total[name] = total.get(name, 0) + value
         return total

@@ -45,8 +45,8 @@ class ToolNode:
             ctx.thread_id,
             tool_timeout=ctx.config.tool_timeout,
             resumed=ctx.resumed,
-            node=ctx.node,
             pauses=ctx.pauses,
+            observer=ctx.observer,
         )
         update: dict[str, Any] = {}
         for execution in executions:  # in call order: a later call's field update wins

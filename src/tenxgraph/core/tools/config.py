@@ -18,7 +18,7 @@ from tenxgraph.utils.errors import ConfigError
 
 log = logging.getLogger(LOGGER_NAME)
 
-KNOWN_KEYS = ("thread_id", "node_timeout", "tool_timeout", "recursion_limit", "lock_timeout")
+KNOWN_KEYS = ("thread_id", "node_timeout", "tool_timeout", "recursion_limit", "lock_timeout", "tracer_provider")
 
 
 def parse_timeout(name: str, value: object) -> float | None:
@@ -40,6 +40,8 @@ class RunConfig:
     tool_timeout: float | None
     recursion_limit: int
     lock_timeout: float | None = None
+    #: An OpenTelemetry TracerProvider for this run's spans (default: the global one; none configured: no spans).
+    tracer_provider: object | None = None
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> RunConfig:
@@ -69,4 +71,5 @@ class RunConfig:
             tool_timeout=parse_timeout("tool_timeout", config.get("tool_timeout", TOOL_TIMEOUT)),
             recursion_limit=limit,
             lock_timeout=parse_timeout("lock_timeout", config.get("lock_timeout", 0)),
+            tracer_provider=config.get("tracer_provider"),
         )

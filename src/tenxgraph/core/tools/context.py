@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from tenxgraph.core.tools.config import RunConfig
 from tenxgraph.core.tools.interrupts import QUESTION, Interrupt, Pauses, call_interrupt_id, node_interrupt_id
+from tenxgraph.core.tools.observe import RunObserver
 from tenxgraph.state.messages import JSON
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
@@ -29,6 +30,8 @@ class RunContext:
     resumed: bool = False
     #: The run's answers to interrupts, and the places of this attempt's ``interrupt()`` calls.
     pauses: Pauses = field(default_factory=Pauses)
+    #: The run's stream and tracer: a model node streams its tokens to it (see :func:`tenxgraph.models.generate`).
+    observer: RunObserver | None = None
 
     @property
     def thread_id(self) -> str:

@@ -189,6 +189,8 @@ class Pauses:
 
     decisions: dict[str, JSON] = field(default_factory=dict)
     step: int = 0
+    #: The node running (an approval names it in its interrupt).
+    node: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
     #: Interrupts raised in this run that a tool or node caught and did not let pass (the run pauses anyway).
     raised: list[Interrupt] = field(default_factory=list)

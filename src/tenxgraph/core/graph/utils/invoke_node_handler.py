@@ -48,12 +48,15 @@ from tenxgraph.core.graph.utils.ledger_record import (
     execution_of,
     result_message_id,
 )
-from tenxgraph.core.graph.utils.record_batch import RecordBatch
+from tenxgraph.core.graph.utils.record_batch import RecordBatch, gather_calls
 from tenxgraph.core.graph.utils.transactional import run_transactional
+from tenxgraph.core.graph.utils.watch import report, tool_span
 from tenxgraph.core.tools.context import ToolCallInfo, running_call
 from tenxgraph.core.tools.effects import Effect
 from tenxgraph.core.tools.interrupts import GraphInterrupt, Pauses
+from tenxgraph.core.tools.observe import RunObserver
 from tenxgraph.core.tools.tool import Tool, ToolArgumentError, ToolOutput
+from tenxgraph.core.tools.tracing import add_event
 from tenxgraph.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.constants import LOGGER_NAME, TOOL_TIMEOUT
@@ -96,6 +99,8 @@ class Batch:
     tool_names: tuple[str, ...] = ()
     records: RecordBatch | None = None
     turns: BatchTurns | None = None
+    #: The run's stream and tracer (None: nobody watches).
+    observer: RunObserver | None = None
 
 
 # -- 1. the key ------------------------------------------------------------------------------------------------
@@ -167,19 +172,21 @@ async def invoke_tool_calls(
     *,
     tool_timeout: float | None = TOOL_TIMEOUT,
     resumed: bool = False,
-    node: str | None = None,
     pauses: Pauses | None = None,
+    observer: RunObserver | None = None,
 ) -> list[ToolExecution]:
     """Run (or replay) every tool call of *message* on *thread_id*'s ledger in *checkpointer*; results come back in
     call order. *resumed*: the caller is re-running a node a crashed run left unfinished (its calls without a
-    record are reported as run again; *node* names it in that event). *pauses*: the run's answers to interrupts
-    (approvals, ``interrupt()`` in tool bodies); a call that waits for one raises :class:`GraphInterrupt`."""
+    record are reported as run again). *pauses*: the run's answers to interrupts (approvals, ``interrupt()`` in
+    tool bodies) and the node that runs; a call that waits for one raises :class:`GraphInterrupt`. *observer*: the
+    run's stream (each result as it is recorded or replayed) and tracer (a span per call)."""
     if not message.tool_calls:
         return []
     pauses = pauses if pauses is not None else Pauses()
+    node = pauses.node
     crash_point("tool.before_ledger_read")
     calls = [replace(c, attempt=attempt_of(c, pauses)) for c in ledger_calls(message, tools, thread_id)]
-    batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools))
+    batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools), observer=observer)
     records = await _read_ledger(batch, [c for c in calls if c.key is not None])  # 2. check
     answers: dict[int, ToolExecution] = {}
     to_run: list[LedgerCall] = []
@@ -188,6 +195,7 @@ async def invoke_tool_calls(
         if record is not None and call.key is not None and record.get("kind") != "intent":
             emit_event("tool_replayed", logging.INFO, thread_id=thread_id, tool=call.name, key=call.key)
             answers[call.info.index] = decode_record(call.block, call.key, record)  # recorded: the body never runs
+            report(observer, call.info, answers[call.info.index])
             continue
         intent = records.get(call.intent_key) if call.intent_key is not None else None
         to_run.append(replace(call, in_doubt=intent is not None))
@@ -196,6 +204,7 @@ async def invoke_tool_calls(
         emit_event("tool_rejected", logging.INFO, thread_id=thread_id, tool=call.name, key=call.key)
         notify("rejected", call.info, rejected.result.output, True)
         answers[call.info.index] = await _record(batch, call, rejected) if call.key is not None else rejected
+        report(observer, call.info, answers[call.info.index])
     if approvals.waiting:  # while one call waits, none of the batch runs
         emit_event("approval_waiting", logging.INFO, thread_id=thread_id, ids=[i.id for i in approvals.waiting])
         raise GraphInterrupt(approvals.waiting)
@@ -213,7 +222,7 @@ async def invoke_tool_calls(
         batch = replace(
             batch, records=RecordBatch(checkpointer, thread_id), turns=batch_turns([c.info for c in to_run])
         )
-    ran = await _gather([asyncio.ensure_future(_run_one(batch, call)) for call in to_run])
+    ran = await gather_calls([asyncio.ensure_future(_run_one(batch, call)) for call in to_run])
     paused = [i for r in ran if isinstance(r, GraphInterrupt) for i in r.interrupts]
     if paused:  # a body asked a person (interrupt()): its siblings are recorded, the run pauses
         raise GraphInterrupt(paused)
@@ -290,8 +299,9 @@ async def _run_one(batch: Batch, call: LedgerCall) -> ToolExecution | GraphInter
     """The call's execution, or the pause its body asked for (its siblings go on and are recorded)."""
     index = call.info.index
     try:
-        with running_call(call.info):  # visible to the tool body and to crash points of this call
+        with running_call(call.info), tool_span(batch.observer, call) as traced:  # seen by the body, crash points
             execution = await _execute(batch, call)
+            report(batch.observer, call.info, execution, traced)
     except GraphInterrupt as paused:
         finish_turn(batch.turns, index)
         return paused
@@ -416,28 +426,8 @@ async def _record(batch: Batch, call: LedgerCall, execution: ToolExecution) -> T
             exc,
         )
         emit_event("ledger_write_failed", logging.DEBUG, thread_id=batch.thread_id, tool=name, key=key)
+        add_event("tenxgraph.ledger.write_failed", {"tenxgraph.ledger.key": key, "error.type": type(exc).__name__})
         return execution
     notify("recorded", call.info)
     crash_point("tool.after_record")
     return ToolExecution(execution.call, key, execution.result, execution.update, recorded=True)
-
-
-# -- the batch's plumbing ------------------------------------------------------------------------------------
-async def _gather(
-    jobs: list[asyncio.Task[ToolExecution | GraphInterrupt]],
-) -> list[ToolExecution | GraphInterrupt]:
-    """Wait for all calls; if one dies with a BaseException (a crash), stop the others as a dying process would."""
-    if not jobs:
-        return []
-    try:
-        await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
-        for job in jobs:
-            if job.done() and not job.cancelled() and job.exception() is not None:
-                raise job.exception()  # type: ignore[misc]
-        return [job.result() for job in jobs]
-    finally:
-        pending = [job for job in jobs if not job.done()]
-        for job in pending:
-            job.cancel()
-        if pending:
-            await asyncio.wait(pending)

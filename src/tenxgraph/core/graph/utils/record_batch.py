@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from tenxgraph.state.messages import JSON
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.errors import SerializationError
+
+T = TypeVar("T")
 
 _LEAD = object()  # a waiting record's future resolves to this when its call is to write the next group
 
@@ -98,3 +101,23 @@ class RecordBatch:
         if isinstance(outcome, SerializationError):
             raise outcome
         return bool(outcome)
+
+
+async def gather_calls(
+    jobs: list[asyncio.Task[T]],
+) -> list[T]:
+    """Wait for all calls; if one dies with a BaseException (a crash), stop the others as a dying process would."""
+    if not jobs:
+        return []
+    try:
+        await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
+        for job in jobs:
+            if job.done() and not job.cancelled() and job.exception() is not None:
+                raise job.exception()  # type: ignore[misc]
+        return [job.result() for job in jobs]
+    finally:
+        pending = [job for job in jobs if not job.done()]
+        for job in pending:
+            job.cancel()
+        if pending:
+            await asyncio.wait(pending)
