@@ -84,6 +84,7 @@ bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.parallel
 	$(BENCH_VENV)/bin/python -m benchmarks.turns
 	$(BENCH_VENV)/bin/python -m benchmarks.floor
+	$(BENCH_VENV)/bin/python -m benchmarks.observe
 	if [ -n "$${REPLAYSAFE_PG_DSN:-}" ] && [ -n "$${REPLAYSAFE_REDIS_URL:-}" ]; then \
 		$(BENCH_VENV)/bin/python -m benchmarks.redis_cache; fi
 	if [ -n "$${REPLAYSAFE_PG_DSN:-}" ]; then $(BENCH_VENV)/bin/python benchmarks/server_chaos.py 500; fi

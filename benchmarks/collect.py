@@ -1,5 +1,5 @@
 """``make bench``'s last step: every benchmark's JSON in one ``benchmarks/results.json`` (sections ``refund``,
-``parallel``, ``turns``, ``floor``, ``redis_cache``, ``server_chaos``), and the median ratios against their targets
+``parallel``, ``turns``, ``floor``, ``observe``, ``redis_cache``, ``server_chaos``), and the median ratios against their targets
 printed."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
-SECTIONS = {name: f"{name}.json" for name in ("parallel", "turns", "floor", "redis_cache", "server_chaos")}
+SECTIONS = {name: f"{name}.json" for name in ("parallel", "turns", "floor", "observe", "redis_cache", "server_chaos")}
 TARGETS = {"memory": 0.12, "sqlite": 0.35, "postgres": 0.35, "postgres+redis": 0.35}
 
 
@@ -33,6 +33,13 @@ def main() -> None:
             target = TARGETS.get(backend, 0.35)
             ok = "ok" if ratio["median"] <= target else "MISSED"
             print(f"{'turn ' + turn:32} {backend:15} {ratio['median']:>26} {target:>7} {ok}")
+    observe = merged.get("observe")
+    if observe:
+        off = observe["rows"]["tracing_off"]
+        print(
+            f"{'tracing off (ratio to none)':32} {'memory':15} {off['ratio_median']:>26} "
+            f"{'+-' + str(observe['noise']):>7} {'ok' if observe['tracing_off_within_noise'] == 'met' else 'MISSED'}"
+        )
     print(f"written to {results_path}")
 
 

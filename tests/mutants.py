@@ -636,6 +636,39 @@ MCP_MUTANTS: dict[str, Callable[[], None]] = {
 TRANSACTIONAL_MUTANTS: dict[str, Callable[[], None]] = {"transactional_commits_early": transactional_commits_early}
 
 
+# -- streaming: what a UI is told while the run goes (stream_mode="messages") ---------------------------------------
+def stream_replayed_as_fresh() -> None:
+    """Every streamed tool result says it ran just now: after a crash, a UI shows a refund the ledger replayed as
+    a second refund."""
+    from tenxgraph.core.tools.observe import RunObserver
+
+    original = RunObserver.message
+
+    def message(self: Any, message: Any, replayed: bool | None = None) -> None:
+        original(self, message, False if replayed else replayed)
+
+    RunObserver.message = message  # type: ignore[method-assign]
+
+
+def stream_recorded_as_replayed() -> None:
+    """The streamed flag says whether the result is *recorded*, not whether it was *replayed*: every call that just
+    ran and was recorded reaches the UI as if the ledger had answered it (a refund shown as not done again)."""
+    from tenxgraph.core.graph.utils import watch
+
+    original = watch.report
+
+    def report(observer: Any, info: Any, execution: Any, traced: Any = None) -> None:
+        original(observer, info, replace(execution, replayed=execution.recorded), traced)
+
+    handler.report = report  # type: ignore[attr-defined]
+
+
+STREAM_MUTANTS: dict[str, Callable[[], None]] = {
+    "stream_replayed_as_fresh": stream_replayed_as_fresh,
+    "stream_recorded_as_replayed": stream_recorded_as_replayed,
+}
+
+
 def apply(name: str | None) -> None:
     if name:
-        {**MUTANTS, **TRANSACTIONAL_MUTANTS, **APPROVAL_MUTANTS, **MCP_MUTANTS}[name]()
+        {**MUTANTS, **TRANSACTIONAL_MUTANTS, **APPROVAL_MUTANTS, **MCP_MUTANTS, **STREAM_MUTANTS}[name]()

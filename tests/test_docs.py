@@ -48,6 +48,8 @@ def test_script_block_runs(
 ) -> None:
     if "langgraph" in code:
         pytest.importorskip("langgraph", reason="the langgraph extra is not installed: pip install '.[langgraph]'")
+    if "opentelemetry.sdk" in code:
+        pytest.importorskip("opentelemetry.sdk", reason="the SDK is a dev dependency: pip install opentelemetry-sdk")
     if "integrations.mcp" in code:
         pytest.importorskip("mcp.client.session", reason="the mcp extra is not installed: pip install '.[mcp]'")
     if "DATABASE_URL" in code:

@@ -248,10 +248,19 @@ def test_a_run_streams_its_steps_and_flags_replayed_results(client: Any, db: Pat
     response = client.post("/threads/s1/runs/stream", json=RUN)
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
     events = sse(response.text)
-    assert [e for e, _ in events] == ["step"] * 5 + ["done"]  # MAIN, TOOL, MAIN, TOOL, MAIN
-    assert [d["node"] for _, d in events[:5]] == ["MAIN", "TOOL", "MAIN", "TOOL", "MAIN"]
+    steps = [d for e, d in events if e == "step"]
+    assert [e for e, _ in events if e in ("step", "done")] == ["step"] * 5 + ["done"]  # MAIN, TOOL, MAIN, TOOL, MAIN
+    assert [d["node"] for d in steps] == ["MAIN", "TOOL", "MAIN", "TOOL", "MAIN"]
     assert events[-1][1]["final_text"] == "Refunded 20.00 EUR on order 1042." and events[-1][1]["status"] == "done"
-    assert not any(d["replayed"] for _, d in events[:5])
+    assert not any(d["replayed"] for d in steps)
+    final_id = steps[-1]["messages"][0]["message_id"]  # the model's tokens came as it answered, before its step
+    tokens = [d["text"] for e, d in events if e == "token" and d["message_id"] == final_id]
+    assert "".join(tokens) == "Refunded 20.00 EUR on order 1042." and len(tokens) > 1
+    for index, (event, data) in enumerate(events):  # each result streamed as it was recorded, before its step
+        if event == "step" and data["node"] == "TOOL":
+            (result,) = data["messages"]
+            streamed = [i for i, (e, d) in enumerate(events) if e == "tool_result" and d["message"] == result]
+            assert len(streamed) == 1 and streamed[0] < index and events[streamed[0]][1]["replayed"] is False
     # a thread interrupted after its first tool call was recorded: streaming its resume flags the replay
     with crashpoints.armed("node.after_complete", 2), pytest.raises(crashpoints.CrashInjected):
         build_support_agent(SqliteCheckpointer(db), LocalProvider()).invoke(
@@ -259,7 +268,8 @@ def test_a_run_streams_its_steps_and_flags_replayed_results(client: Any, db: Pat
         )
     assert client.get("/threads/s2/runs/stream").status_code == 405  # a link cannot start work: POST only
     resumed = sse(client.post("/threads/s2/runs/stream", json={}).text)
-    assert resumed[0][0] == "step" and resumed[0][1]["node"] == "TOOL" and resumed[0][1]["replayed"] is True
+    assert resumed[0][0] == "tool_result" and resumed[0][1]["replayed"] is True  # from the ledger, as it was read
+    assert resumed[1][0] == "step" and resumed[1][1]["node"] == "TOOL" and resumed[1][1]["replayed"] is True
     assert resumed[-1][0] == "done"
 
 

@@ -129,12 +129,13 @@ def run_once(
         elif mode == "updates":
             for update in chunk.values():
                 for message in update.get("messages", ()):
-                    if message.role == "tool" and streamed.get(message.message_id) != bool(
-                        message.metadata.get("replayed")
-                    ):
+                    stored = bool(message.metadata.get("replayed"))
+                    if message.role == "tool" and streamed.get(message.message_id) != stored:
+                        said = "was not streamed" if message.message_id not in streamed else "was streamed as "
+                        said += "" if message.message_id not in streamed else f"replayed={not stored}"
                         raise AssertionError(
-                            f"stream_mode='messages' did not stream tool result {message.message_id!r} (replayed="
-                            f"{bool(message.metadata.get('replayed'))}) before its node's update: {streamed}"
+                            f"stream_mode='messages' misreported tool result {message.message_id!r}: its node "
+                            f"stored it as replayed={stored}, and it {said} before the node's update"
                         )
     assert result is not None
     return result

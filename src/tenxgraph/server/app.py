@@ -42,6 +42,19 @@ log = logging.getLogger(f"{LOGGER_NAME}.server")
 Handler = Callable[[Request, str | None], Awaitable[Response]]
 
 
+def _piece(piece: Any, metadata: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A ``"messages"`` stream item as a server-sent event: a model's token, or a whole message."""
+    where = {"node": metadata["node"], "step": metadata["step"]}
+    if isinstance(piece, Message):
+        kind = "tool_result" if piece.role == "tool" else "message"
+        return kind, {**where, "message": piece.to_dict(), "replayed": bool(metadata.get("replayed"))}
+    call = piece.tool_call
+    token: dict[str, Any] = {"message_id": piece.message_id, "text": piece.text, "reasoning": piece.reasoning}
+    if call is not None:
+        token["tool_call"] = {"index": call.index, "id": call.id, "name": call.name, "args": call.args}
+    return "token", {**where, **token}
+
+
 def _sse(event: str, data: dict[str, Any]) -> str:
     """One server-sent event: its name and a JSON object on one ``data:`` line."""
     return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n"
@@ -173,22 +186,26 @@ def create_app(
         return JSONResponse(finished(result, thread_id, started))
 
     async def run_stream(request: Request, owner: str | None) -> Response:
-        """The run as server-sent events: ``step`` per finished node (its new messages; ``replayed`` when a tool
-        result came from the ledger), then ``done`` (the state, as ``POST /runs`` answers) or ``error`` (status
-        409/422/500 as ``POST /runs`` would; the thread stays resumable)."""
+        """The run as server-sent events: ``token`` for each piece of a model's reply as it arrives (``message_id``,
+        ``text``, ``reasoning``, ``tool_call``), ``tool_result`` as each call's result is recorded or replayed
+        (``replayed``), ``step`` per finished node (its new messages; ``replayed`` when a tool result came from the
+        ledger), then ``done`` (the state, as ``POST /runs`` answers) or ``error`` (status 409/422/500 as ``POST
+        /runs`` would; the thread stays resumable)."""
         thread_id = request.path_params["thread_id"]
         input, cfg = await run_request(request, owner)
 
         async def events() -> AsyncIterator[str]:
             started = time.perf_counter()
             try:
-                async for event in graph.astream(input, cfg):
-                    if event.result is not None:
-                        yield _sse("done", finished(event.result, thread_id, started))
-                        continue
-                    messages = [m.to_dict() for m in event.messages]
-                    step = {"node": event.node, "step": event.step, "messages": messages}
-                    yield _sse("step", {**step, "replayed": event.replayed})
+                async for mode, item in graph.astream(input, cfg, stream_mode=["messages", "steps", "result"]):
+                    if mode == "result":
+                        yield _sse("done", finished(item, thread_id, started))
+                    elif mode == "steps":
+                        messages = [m.to_dict() for m in item.messages]
+                        step = {"node": item.node, "step": item.step, "messages": messages}
+                        yield _sse("step", {**step, "replayed": item.replayed})
+                    else:
+                        yield _sse(*_piece(*item))
             except Exception as exc:
                 answer = failed(exc, thread_id)
                 answer.pop("retry_after", None)  # (a header's business; a stream has none to give)

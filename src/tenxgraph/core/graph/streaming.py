@@ -48,8 +48,11 @@ async def stream_run(
 
     async def produce() -> None:
         async for event in run(observer):
-            if event.result is not None and "result" in observer.modes:
-                emit("result", event.result)
+            if event.result is not None:
+                if "result" in observer.modes:
+                    emit("result", event.result)
+            elif "steps" in observer.modes:
+                emit("steps", event)
 
     task = asyncio.ensure_future(produce())
     task.add_done_callback(lambda _: queue.put_nowait(_DONE))

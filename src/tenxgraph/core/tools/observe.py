@@ -13,6 +13,8 @@ Stream modes (``app.stream(input, config, stream_mode=...)``, one or several):
   of text, reasoning or tool-call arguments) while it streams, each tool result :class:`~tenxgraph.Message` as it is
   recorded or replayed (``metadata["replayed"]`` True when it came from the ledger, False when the tool ran), and
   any other message a node adds, whole, when the node ends; ``metadata`` also has ``node``, ``step``, ``thread_id``;
+- ``"steps"``: the :class:`~tenxgraph.StreamEvent` of each finished node (``node``, ``step``, its new messages,
+  ``replayed``): what ``stream`` yields without a mode;
 - ``"result"``: the :class:`~tenxgraph.RunResult` at the end (status, interrupts, outcome).
 """
 
@@ -24,7 +26,7 @@ from typing import Any
 
 from tenxgraph.state.messages import Message
 
-STREAM_MODES = ("updates", "values", "messages", "result")
+STREAM_MODES = ("updates", "values", "messages", "steps", "result")
 Emit = Callable[[str, Any], None]
 
 

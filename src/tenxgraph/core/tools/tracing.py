@@ -39,14 +39,29 @@ TRACER_NAME = "tenxgraph"
 Attributes = Mapping[str, str | bool | int | float | list[str]]
 
 
+def _api() -> Any | None:
+    """The OpenTelemetry trace API, or None if it is not installed (looked up once per process)."""
+    global _trace_api
+    if _trace_api is _UNKNOWN:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            trace = None  # type: ignore[assignment]
+        _trace_api = trace
+    return _trace_api
+
+
+_UNKNOWN = object()
+_trace_api: Any = _UNKNOWN
+
+
 def tracer_for(provider: object | None) -> Any | None:
     """The tracer of *provider* (a run's ``tracer_provider``) or of the global one; None when tracing is off."""
-    try:
-        from opentelemetry import trace
-    except ImportError as exc:
+    trace = _api()
+    if trace is None:
         if provider is None:
             return None  # no API, no tracing: nothing asked for it
-        raise ConfigError(f"config['tracer_provider'] needs OpenTelemetry: {install_hint('otel')} ({exc})") from exc
+        raise ConfigError(f"config['tracer_provider'] needs OpenTelemetry: {install_hint('otel')}")
     if provider is None:
         provider = trace.get_tracer_provider()
         if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
@@ -57,14 +72,21 @@ def tracer_for(provider: object | None) -> Any | None:
     return get_tracer(TRACER_NAME)
 
 
-@contextlib.contextmanager
-def span(tracer: Any | None, name: str, attributes: Attributes, parent: Any = None) -> Iterator[Any | None]:
+#: What :func:`span` gives when tracing is off: no generator, no span (the off path costs a branch).
+NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
+def span(
+    tracer: Any | None, name: str, attributes: Attributes, parent: Any = None
+) -> contextlib.AbstractContextManager[Any | None]:
     """A span named *name* around the block (the current one inside it; its parent: the current span, or the
     context *parent*), or nothing when *tracer* is None. An exception ends it with an error status; a pause for a
     person (:class:`GraphInterrupt`) is not an error."""
-    if tracer is None:
-        yield None
-        return
+    return NO_SPAN if tracer is None else _span(tracer, name, attributes, parent)
+
+
+@contextlib.contextmanager
+def _span(tracer: Any, name: str, attributes: Attributes, parent: Any) -> Iterator[Any]:
     with tracer.start_as_current_span(
         name, context=parent, attributes=dict(attributes), record_exception=False, set_status_on_exception=False
     ) as current:
@@ -87,13 +109,17 @@ def failed(current: Any, exc: BaseException) -> None:
     current.set_attribute("error.type", type(exc).__name__)
 
 
-@contextlib.contextmanager
-def run_span(tracer: Any | None, thread_id: str) -> Iterator[tuple[Any | None, Any]]:
+NO_RUN_SPAN: contextlib.nullcontext[tuple[None, None]] = contextlib.nullcontext((None, None))
+
+
+def run_span(tracer: Any | None, thread_id: str) -> contextlib.AbstractContextManager[tuple[Any | None, Any]]:
     """The run's span around the block, and the context its nodes' spans take as parent. It is not made current:
     a run is an async generator, and a current span would not survive its yields."""
-    if tracer is None:
-        yield None, None
-        return
+    return NO_RUN_SPAN if tracer is None else _run_span(tracer, thread_id)
+
+
+@contextlib.contextmanager
+def _run_span(tracer: Any, thread_id: str) -> Iterator[tuple[Any, Any]]:
     from opentelemetry import trace
 
     attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": thread_id}
@@ -111,9 +137,8 @@ def run_span(tracer: Any | None, thread_id: str) -> Iterator[tuple[Any | None, A
 
 def add_event(name: str, attributes: Attributes) -> None:
     """An event on the current span, if a span of ours is recording (nothing when tracing is off)."""
-    try:
-        from opentelemetry import trace
-    except ImportError:
+    trace = _api()
+    if trace is None:
         return
     current = trace.get_current_span()
     if current.is_recording():

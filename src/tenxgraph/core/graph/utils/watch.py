@@ -10,7 +10,7 @@ from typing import Any
 from tenxgraph.core.graph.utils.ledger_record import LedgerCall, ToolExecution
 from tenxgraph.core.tools.context import ToolCallInfo
 from tenxgraph.core.tools.observe import RunObserver
-from tenxgraph.core.tools.tracing import span
+from tenxgraph.core.tools.tracing import NO_SPAN, span
 
 
 def attributes(info: ToolCallInfo, replayed: bool) -> dict[str, str | bool | int]:
@@ -29,10 +29,14 @@ def attributes(info: ToolCallInfo, replayed: bool) -> dict[str, str | bool | int
     return found
 
 
-@contextlib.contextmanager
-def tool_span(observer: RunObserver | None, call: LedgerCall) -> Iterator[Any | None]:
+def tool_span(observer: RunObserver | None, call: LedgerCall) -> contextlib.AbstractContextManager[Any | None]:
     """The span of a call the ledger runs (or answers without running: in doubt, unknown tool, bad arguments)."""
     tracer = observer.tracer if observer is not None else None
+    return NO_SPAN if tracer is None else _tool_span(tracer, call)
+
+
+@contextlib.contextmanager
+def _tool_span(tracer: Any, call: LedgerCall) -> Iterator[Any]:
     with span(tracer, f"execute_tool {call.name}", attributes(call.info, False)) as traced:
         if traced is not None and call.in_doubt:
             traced.add_event("tenxgraph.tool.in_doubt", {"tenxgraph.ledger.key": call.key or ""})
@@ -42,7 +46,7 @@ def tool_span(observer: RunObserver | None, call: LedgerCall) -> Iterator[Any | 
 def report(observer: RunObserver | None, info: ToolCallInfo, execution: ToolExecution, traced: Any = None) -> None:
     """A call's result is known (recorded, replayed, or unrecorded): to the stream, and onto its span (a replayed
     one gets a span of its own, since its body never ran)."""
-    if observer is None:
+    if observer is None or (observer.emit is None and observer.tracer is None):
         return
     if execution.replayed and observer.tracer is not None:
         with span(

@@ -1,0 +1,37 @@
+"""The gate on streaming: the crash matrix's stream mode passes our runtime (model tokens streamed, a crash
+mid-stream at ``model.mid_stream`` resumed), and fails each streaming mutant of tests/mutants.py for its own
+reason: a UI told that a replayed refund ran again, or that a refund just made was replayed."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tests.helpers import ROOT, mutant_matrix
+from tests.mutants import STREAM_MUTANTS
+
+EXAMPLE = ROOT / "examples" / "support_refund" / "test_support_refund.py"
+CAUSES = {
+    "stream_replayed_as_fresh": "stored it as replayed=True, and it was streamed as replayed=False",
+    "stream_recorded_as_replayed": "stored it as replayed=False, and it was streamed as replayed=True",
+}
+FAILING = ("violation", "failed", "error", "resume_failed")
+
+
+def test_the_stream_mode_passes_our_runtime_and_catches_each_broken_stream(tmp_path: Path) -> None:
+    assert set(CAUSES) == set(STREAM_MUTANTS)
+    names: list[str | None] = [None, *STREAM_MUTANTS]
+    options = ["--crash-backends=sqlite", "--crash-modes=stream", "--crash-seed=5", "--crash-hits=1"]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, EXAMPLE, options), names)
+        reports = dict(zip(names, found, strict=True))
+    control = reports[None]
+    failing = [c for c in control["cells"] if c["outcome"] in FAILING]
+    assert control["exit"] == 0 and not failing, [c["detail"][:200] for c in failing]
+    mid_stream = [c for c in control["cells"] if c["point"] == "model.mid_stream"]
+    assert mid_stream and all(c["outcome"] == "protected" for c in mid_stream)  # a crash mid-stream, resumed
+    for mutant, cause in CAUSES.items():
+        caught = [c for c in reports[mutant]["cells"] if c["outcome"] in FAILING and cause in c["detail"]]
+        print(f"  {mutant:30} {len(caught):4} failing cells: {cause!r}")
+        assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
+        assert reports[mutant]["exit"] != 0
