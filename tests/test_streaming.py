@@ -112,7 +112,8 @@ def test_a_caller_that_stops_reading_releases_the_thread(tmp_path: Any) -> None:
     assert isinstance(first, MessageChunk)
     stream.close()  # the run stops with the stream; its lock goes with it
     result = app.invoke(None, {"thread_id": "stop", "lock_timeout": 5})  # resumable, not locked out
-    assert result.final_text == "Order 7 is refunded." and sorted(ran) == ["lookup 7", "refund 7"]
+    assert result.final_text == "Order 7 is refunded." and ran.count("refund 7") == 1  # (the read may run twice:
+    # the run goes on while the caller reads, so how far it got before the close is the scheduler's)
 
 
 class WholeModel:

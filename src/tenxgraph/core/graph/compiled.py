@@ -27,7 +27,7 @@ from tenxgraph.core.graph.graph_spec import GraphSpec
 from tenxgraph.core.graph.message_cache import MessageCache
 from tenxgraph.core.graph.pauses import asked_of, load_decisions, record_decisions, waiting
 from tenxgraph.core.graph.results import RunResult, StreamEvent
-from tenxgraph.core.graph.streaming import StreamMode, parse_modes, stream_run
+from tenxgraph.core.graph.streaming import RunStream, StreamMode, parse_modes, stream_run
 from tenxgraph.core.tools.config import RunConfig
 from tenxgraph.core.tools.context import RunContext, running_node
 from tenxgraph.core.tools.interrupts import GraphInterrupt, Interrupt, Pauses, Resume
@@ -101,20 +101,25 @@ class CompiledGraph(Generic[S]):
         ``event.replayed``). With it (``"updates"``, ``"values"``, ``"messages"``, ``"result"``, or a list of them;
         see :mod:`tenxgraph.core.tools.observe`): each mode's chunks, as ``(mode, chunk)`` when a list was given;
         ``"messages"`` streams a model's tokens as they arrive and each tool result as it is recorded."""
-        cfg = RunConfig.parse(config)
         if stream_mode is None:
-            async for event in self._run(input, cfg):
+            async for event in self._run(input, RunConfig.parse(config)):
                 yield event
             return
-        modes, single = parse_modes(stream_mode)
-        observer = RunObserver(cfg.thread_id, modes)
-        async for item in stream_run(lambda o: self._run(input, cfg, o), observer, single):
+        async for item in stream_run(self._mode_stream(input, config, stream_mode)):
             yield item
 
     def stream(
         self, input: Input, config: Mapping[str, Any] | None = None, *, stream_mode: StreamMode | None = None
     ) -> Iterator[Any]:
-        agen = self.astream(input, config, stream_mode=stream_mode)
+        if stream_mode is not None:  # in batches: one hop to the event loop per batch, not per token
+            stream = self._mode_stream(input, config, stream_mode)
+            try:
+                while batch := run_sync(stream.batch()):
+                    yield from batch
+            finally:  # a caller that stops early must not keep the thread's run lock until garbage collection
+                run_sync(stream.aclose())
+            return
+        agen = self.astream(input, config)
 
         async def step() -> Any:
             return await anext(agen)
@@ -128,6 +133,11 @@ class CompiledGraph(Generic[S]):
                 yield event
         finally:  # a caller that stops early must not keep the thread's run lock until garbage collection
             run_sync(agen.aclose())
+
+    def _mode_stream(self, input: Input, config: Mapping[str, Any] | None, stream_mode: StreamMode) -> RunStream:
+        cfg = RunConfig.parse(config)
+        modes, single = parse_modes(stream_mode)
+        return RunStream(lambda observer: self._run(input, cfg, observer), RunObserver(cfg.thread_id, modes), single)
 
     async def aget_state(self, thread_id: str) -> S | None:
         """The stored state of a thread, or None."""

@@ -34,34 +34,62 @@ def parse_modes(stream_mode: StreamMode) -> tuple[frozenset[str], bool]:
     return frozenset(modes), single
 
 
-async def stream_run(
-    run: Callable[[RunObserver], AsyncIterator[StreamEvent]], observer: RunObserver, single: bool
-) -> AsyncGenerator[Any, None]:
-    """Run ``run(observer)`` in a task and yield what the observer emits: ``(mode, chunk)``, or ``chunk`` alone
-    when *single*."""
-    queue: asyncio.Queue[Any] = asyncio.Queue()
+class RunStream:
+    """``run(observer)`` in a task of its own, what the observer emits handed out in batches: ``(mode, chunk)``, or
+    ``chunk`` alone when *single*. A batch is everything emitted since the last one (at least one item; empty at
+    the end), so a sync caller crosses to the event loop once per batch, not once per token."""
 
-    def emit(mode: str, chunk: Any) -> None:
-        queue.put_nowait((mode, chunk))
+    def __init__(
+        self, run: Callable[[RunObserver], AsyncIterator[StreamEvent]], observer: RunObserver, single: bool
+    ) -> None:
+        self.run, self.observer, self.single = run, observer, single
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.task: asyncio.Future[None] | None = None
+        self.ended = False
+        observer.emit = self.emit
 
-    observer.emit = emit
+    def emit(self, mode: str, chunk: Any) -> None:
+        self.queue.put_nowait((mode, chunk))
 
-    async def produce() -> None:
-        async for event in run(observer):
+    async def _produce(self) -> None:
+        async for event in self.run(self.observer):
             if event.result is not None:
-                if "result" in observer.modes:
-                    emit("result", event.result)
-            elif "steps" in observer.modes:
-                emit("steps", event)
+                if "result" in self.observer.modes:
+                    self.emit("result", event.result)
+            elif "steps" in self.observer.modes:
+                self.emit("steps", event)
 
-    task = asyncio.ensure_future(produce())
-    task.add_done_callback(lambda _: queue.put_nowait(_DONE))
-    try:
-        while (item := await queue.get()) is not _DONE:
-            yield item[1] if single else item
-        await task  # the run's error or crash, after everything it emitted before
-    finally:
-        if not task.done():  # the caller stopped reading: the run stops too (its lock is released)
-            task.cancel()
+    async def batch(self) -> list[Any]:
+        """What was emitted since the last batch (waiting for one item); [] once the run is over. The run's error
+        or crash is raised after everything it emitted before it."""
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._produce())
+            self.task.add_done_callback(lambda _: self.queue.put_nowait(_DONE))
+        out: list[Any] = []
+        while not self.ended and (not out or not self.queue.empty()):
+            item = await self.queue.get() if not out else self.queue.get_nowait()
+            if item is _DONE:
+                self.ended = True
+            else:
+                out.append(item[1] if self.single else item)
+        if not out and self.ended:
+            await self.task  # the run's error, if it failed
+        return out
+
+    async def aclose(self) -> None:
+        """Stop the run if it is still going (the caller stopped reading): its lock is released, the thread stays
+        resumable."""
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await self.task
+
+
+async def stream_run(stream: RunStream) -> AsyncGenerator[Any, None]:
+    """The items of *stream*, one by one (the async path)."""
+    try:
+        while batch := await stream.batch():
+            for item in batch:
+                yield item
+    finally:
+        await stream.aclose()
