@@ -398,9 +398,9 @@ def main() -> None:
             extra["postgres_statements_per_run"] = RoundTrips.statements / 10
             extra["postgres_round_trips_note"] = (
                 "statements per run: run lock and lease claim (one statement) + unlock, thread read, start write, "
-                "3 node advances, 1-2 ledger writes (group commit), BEGIN, the lease's release and COMMIT around "
-                "the last advance; no ledger read (the tool node's message is the run's own); round trips: 5 plus "
-                "the ledger writes (the lock is pipelined with the thread read, the unlock with the last advance)"
+                "3 node advances, 1 ledger read (one tool node), 1-2 ledger writes (group commit), BEGIN, the "
+                "lease's release and COMMIT around the last advance; round trips: 6 plus the ledger writes (the "
+                "lock is pipelined with the thread read, the unlock with the last advance, after its COMMIT)"
             )
             close_pg(counted)
     for backend, figures in ledger.items():

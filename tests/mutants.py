@@ -23,7 +23,7 @@ BACKENDS = (InMemoryCheckpointer, SqliteCheckpointer, PgCheckpointer)
 
 
 def ledger_read_misses() -> None:
-    async def read(batch: Any, calls: Any, own: bool = False) -> dict[str, Any]:
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
         return {}
 
     handler._read_ledger = read
@@ -75,8 +75,8 @@ def key_from_call_id_only() -> None:
 def replay_first_record() -> None:
     original = handler._read_ledger
 
-    async def read(batch: Any, calls: Any, own: bool = False) -> dict[str, Any]:
-        found = await original(batch, calls, own)
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
+        found = await original(batch, calls)
         first = next((found[c.key] for c in calls if c.key in found), None)
         return {k: first for k in found}
 
@@ -147,8 +147,8 @@ def ledger_read_prefix_only() -> None:
     leaves a non-prefix set of siblings recorded shows it (see ``--crash-orders``)."""
     original = handler._read_ledger
 
-    async def read(batch: Any, calls: Any, own: bool = False) -> dict[str, Any]:
-        found = await original(batch, calls, own)
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
+        found = await original(batch, calls)
         prefix: dict[str, Any] = {}
         for key in dict.fromkeys(c.key for c in calls):
             if key not in found:
@@ -169,8 +169,8 @@ def replay_consumes_records() -> None:
     original_read, original_invoke = handler._read_ledger, tool_node.invoke_tool_calls
     consumed: dict[str, dict[str, Any]] = {}
 
-    async def read(batch: Any, calls: Any, own: bool = False) -> dict[str, Any]:
-        found = await original_read(batch, calls, own)
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
+        found = await original_read(batch, calls)
         store = batch.checkpointer
         while hasattr(store, "inner"):
             store = store.inner
@@ -323,10 +323,10 @@ def ledger_read_failure_runs_everything() -> None:
     """A failed ledger read runs every call, those of tools with an in-doubt policy too (blind)."""
     original = handler._read_ledger
 
-    async def read(batch: Any, calls: Any, own: bool = False) -> dict[str, Any]:
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
         import dataclasses
 
-        return await original(batch, [dataclasses.replace(c, tool=None) for c in calls], own)  # as if no policy
+        return await original(batch, [dataclasses.replace(c, tool=None) for c in calls])  # as if no tool had a policy
 
     handler._read_ledger = read
 
@@ -549,8 +549,8 @@ def approved_call_runs_again() -> None:
 
     original = handler._read_ledger
 
-    async def read(batch: Any, calls: Any, own: bool = False) -> dict[str, Any]:
-        found = await original(batch, calls, own)
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
+        found = await original(batch, calls)
         run = current_run()
         decisions = run.pauses.decisions if run is not None else {}
         for call in calls:

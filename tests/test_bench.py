@@ -28,12 +28,11 @@ def test_scenario_runs_with_and_without_the_ledger() -> None:
 
 def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> None:
     """Statements: run lock and lease claim (one statement) + unlock, thread read, message read, start write, 3
-    advances: 8, plus BEGIN, the lease's release and COMMIT around the last advance (one transaction: the lease
-    costs no commit of its own); then one per ledger write: 1 when the two calls return together (group commit),
-    2 when apart (the scenario's sync tools finish in threads, so which one happens is up to the scheduler). No
-    ledger read: the tool node's message is the run's own, written under its lock, so no record of it can exist.
-    Round trips: 5 plus the ledger writes; the lock travels with the thread and message reads, and the unlock with
-    the last advance (pipelined after its COMMIT)."""
+    advances, 1 ledger read (one tool node): 9, plus BEGIN, the lease's release and COMMIT around the last advance
+    (one transaction: the lease costs no commit of its own); then one per ledger write: 1 when the two
+    calls return together (group commit), 2 when apart (the scenario's sync tools finish in threads, so which one
+    happens is up to the scheduler). Round trips: 6 plus the ledger writes; the lock travels with the thread and
+    message reads, and the unlock with the last advance (pipelined after its COMMIT)."""
     from tests.test_group_commit import CountingWrites
 
     cp = bench.make_pg(pg_dsn, pg_schema, counting=True)
@@ -45,8 +44,8 @@ def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> Non
     for _ in range(3):
         run()
     assert sum(counting.writes) == 3 * 2 and len(counting.writes) in range(3, 7)  # 2 records per run, 1-2 writes
-    assert bench.RoundTrips.statements == 3 * 11 + len(counting.writes)
-    assert bench.RoundTrips.count == 3 * 5 + len(counting.writes)
+    assert bench.RoundTrips.statements == 3 * 12 + len(counting.writes)
+    assert bench.RoundTrips.count == 3 * 6 + len(counting.writes)
     bench.close_pg(cp)
 
 
@@ -66,8 +65,8 @@ def test_in_doubt_opt_in_costs_one_statement_per_call(pg_dsn: str, pg_schema: st
     bench.RoundTrips.reset()
     counting.writes.clear()
     app.invoke(scenario.tenxgraph_input(), {"thread_id": "measured"})
-    assert bench.RoundTrips.statements == 11 + len(counting.writes) + 2  # the plain run's, plus one intent per call
-    assert bench.RoundTrips.count == 5 + len(counting.writes) + 2
+    assert bench.RoundTrips.statements == 12 + len(counting.writes) + 2  # the plain run's, plus one intent per call
+    assert bench.RoundTrips.count == 6 + len(counting.writes) + 2
     bench.close_pg(cp)
 
 

@@ -263,7 +263,6 @@ class _Run(Generic[S]):
         self.pauses = Pauses()
         self.asked: list[Interrupt] = asked_of(state.meta.interrupts)
         self.paused = False  # this run stopped at a pause
-        self.produced: set[str] = set()  # ids of the messages this run's nodes produced
 
     async def walk(
         self, resume: Resume | None, messages: list[Message], values: dict[str, Any]
@@ -399,7 +398,7 @@ class _Run(Generic[S]):
         self.pauses.step = self.observer.step = self.state.meta.step
         self.pauses.node = self.observer.node = node
         self.pauses.raised.clear()
-        ctx = RunContext(cfg, graph.checkpointer, node, self.resuming, self.pauses, self.observer, self.produced)
+        ctx = RunContext(cfg, graph.checkpointer, node, self.resuming, self.pauses, self.observer)
         traced: dict[str, str | bool | int] = {
             "tenxgraph.node": node,
             "tenxgraph.step": self.state.meta.step,
@@ -445,6 +444,5 @@ class _Run(Generic[S]):
             setattr(self.state, name, value)
         fresh = self.unseen(raw, f"node {node!r}")
         self.seen.update(m.message_id for m in fresh)
-        self.produced.update(m.message_id for m in fresh)
         self.state.messages.extend(fresh)
         return fresh, values

@@ -44,7 +44,7 @@ class ToolNode:
             ctx.checkpointer,
             ctx.thread_id,
             tool_timeout=ctx.config.tool_timeout,
-            origin="resumed" if ctx.resumed else "own" if message.message_id in ctx.produced else "read",
+            resumed=ctx.resumed,
             pauses=ctx.pauses,
             observer=ctx.observer,
         )

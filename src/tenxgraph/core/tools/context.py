@@ -12,7 +12,6 @@ import contextlib
 import contextvars
 import hashlib
 from collections.abc import Iterator
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from tenxgraph.core.tools.config import RunConfig
@@ -33,8 +32,6 @@ class RunContext:
     pauses: Pauses = field(default_factory=Pauses)
     #: The run's stream and tracer: a model node streams its tokens to it (see :func:`tenxgraph.models.generate`).
     observer: RunObserver | None = None
-    #: Ids of the messages this run's nodes produced (under its run lock): the ledger holds nothing for them yet.
-    produced: AbstractSet[str] = frozenset()
 
     @property
     def thread_id(self) -> str:

@@ -33,7 +33,6 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.utils.approvals import attempt_of, check_approvals
@@ -71,8 +70,6 @@ from tenxgraph.utils.errors import (
 from tenxgraph.utils.events import emit_event
 from tenxgraph.utils.sync import to_thread
 
-Origin = Literal["read", "resumed", "own"]
-"""Where the assistant message of a batch comes from, as far as its ledger records go (see invoke_tool_calls)."""
 __all__ = [
     "RECORD_VERSION",
     "Batch",
@@ -174,17 +171,15 @@ async def invoke_tool_calls(
     thread_id: str,
     *,
     tool_timeout: float | None = TOOL_TIMEOUT,
-    origin: Origin = "read",
+    resumed: bool = False,
     pauses: Pauses | None = None,
     observer: RunObserver | None = None,
 ) -> list[ToolExecution]:
     """Run (or replay) every tool call of *message* on *thread_id*'s ledger in *checkpointer*; results come back in
-    call order. *origin*: ``"read"`` (read the ledger first), ``"resumed"`` (the caller is re-running a node a
-    crashed run left unfinished: calls without a record are reported as run again), ``"own"`` (the caller's run
-    wrote *message* itself, under the thread's run lock, and has not run its calls: no record or intent of its keys
-    can exist, so the read is skipped, one round trip less). *pauses*: the run's answers to interrupts (approvals,
-    ``interrupt()`` in tool bodies) and the node that runs; a call that waits for one raises
-    :class:`GraphInterrupt`. *observer*: the run's stream (each result as it is recorded or replayed) and tracer."""
+    call order. *resumed*: the caller is re-running a node a crashed run left unfinished (its calls without a
+    record are reported as run again). *pauses*: the run's answers to interrupts (approvals, ``interrupt()`` in
+    tool bodies) and the node that runs; a call that waits for one raises :class:`GraphInterrupt`. *observer*: the
+    run's stream (each result as it is recorded or replayed) and tracer (a span per call)."""
     if not message.tool_calls:
         return []
     pauses = pauses if pauses is not None else Pauses()
@@ -192,7 +187,7 @@ async def invoke_tool_calls(
     crash_point("tool.before_ledger_read")
     calls = [replace(c, attempt=attempt_of(c, pauses)) for c in ledger_calls(message, tools, thread_id)]
     batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools), observer=observer)
-    records = await _read_ledger(batch, [c for c in calls if c.key is not None], own=origin == "own")  # 2. check
+    records = await _read_ledger(batch, [c for c in calls if c.key is not None])  # 2. check
     answers: dict[int, ToolExecution] = {}
     to_run: list[LedgerCall] = []
     for call in calls:
@@ -214,7 +209,7 @@ async def invoke_tool_calls(
         emit_event("approval_waiting", logging.INFO, thread_id=thread_id, ids=[i.id for i in approvals.waiting])
         raise GraphInterrupt(approvals.waiting)
     to_run = approvals.runnable
-    if origin == "resumed" and to_run:  # a resumed node: a crashed run may have started these calls already
+    if resumed and to_run:  # a resumed node: a crashed run may have started these calls already
         again = [f"{c.name} ({c.key or 'no key'})" for c in to_run if not c.in_doubt]
         if again:
             emit_event(
@@ -265,15 +260,13 @@ async def invoke_tool_call(
 
 
 # -- 2. check: one batched read before anything runs -------------------------------------------------------
-async def _read_ledger(batch: Batch, calls: list[LedgerCall], own: bool = False) -> dict[str, JSON]:
-    """The records (and intents) of *calls*; *own*: the run wrote their message itself, so none can exist and
-    storage is not asked (the check's moment and its fault point stay, so a failure there is handled alike)."""
+async def _read_ledger(batch: Batch, calls: list[LedgerCall]) -> dict[str, JSON]:
     if not calls:
         return {}
     keys = list(dict.fromkeys(k for c in calls for k in (c.key, c.intent_key) if k is not None))
     try:
         crash_point("ledger.read_error")
-        return {} if own else await batch.checkpointer.aget_tool_results(batch.thread_id, keys)
+        return await batch.checkpointer.aget_tool_results(batch.thread_id, keys)
     except RunLockLostError:
         raise  # not a failed read: the thread is another run's now, and no tool may run
     except Exception as exc:
