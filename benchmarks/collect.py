@@ -1,6 +1,6 @@
 """``make bench``'s last step: every benchmark's JSON in one ``benchmarks/results.json`` (sections ``refund``,
-``parallel``, ``turns``, ``floor``, ``observe``, ``redis_cache``, ``server_chaos``), and the median ratios against their targets
-printed."""
+``parallel``, ``turns``, ``floor``, ``observe``, ``redis_cache``, ``server_chaos``), and the median ratios against
+their targets printed."""
 
 from __future__ import annotations
 
