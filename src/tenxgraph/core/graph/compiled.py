@@ -97,10 +97,9 @@ class CompiledGraph(Generic[S]):
         self, input: Input, config: Mapping[str, Any] | None = None, *, stream_mode: StreamMode | None = None
     ) -> AsyncGenerator[Any, None]:
         """Like ``ainvoke`` (the same run loop and ledger), yielding as the run goes. Without *stream_mode*: a
-        :class:`StreamEvent` per finished node and a final one with the result (a replayed tool result shows as
-        ``event.replayed``). With it (``"updates"``, ``"values"``, ``"messages"``, ``"result"``, or a list of them;
-        see :mod:`tenxgraph.core.tools.observe`): each mode's chunks, as ``(mode, chunk)`` when a list was given;
-        ``"messages"`` streams a model's tokens as they arrive and each tool result as it is recorded."""
+        :class:`StreamEvent` per node, then one with the result. With it (modes: :mod:`tenxgraph.core.tools.observe`):
+        each mode's chunks (``(mode, chunk)`` for a list of modes); ``"messages"`` streams a model's tokens as they
+        arrive and each tool result as it is recorded. A caller that stops reading stops the run between nodes."""
         if stream_mode is None:
             async for event in self._run(input, RunConfig.parse(config)):
                 yield event
@@ -262,7 +261,7 @@ class _Run(Generic[S]):
         #: Answers to the thread's interrupts (read from the ledger), and this run's interrupt() calls.
         self.pauses = Pauses()
         self.asked: list[Interrupt] = asked_of(state.meta.interrupts)
-        self.paused = False  # this run stopped at a pause
+        self.paused = False  # this run stopped at a pause (or where its caller stopped reading)
 
     async def walk(
         self, resume: Resume | None, messages: list[Message], values: dict[str, Any]
@@ -346,6 +345,9 @@ class _Run(Generic[S]):
         while meta.current_node not in (None, END):
             node = meta.current_node
             assert node is not None
+            if self.observer.stop:  # the caller stopped reading: stop between nodes (resumable, nothing abandoned)
+                self.paused = True
+                return
             if self.steps >= cfg.recursion_limit:
                 raise GraphRecursionError(
                     f"thread {cfg.thread_id!r} ran {self.steps} nodes without finishing (recursion_limit="

@@ -1,15 +1,14 @@
 """``stream(..., stream_mode=...)``: the run in a task of its own, its observer's output handed to the caller.
 
 The run goes on while the caller reads (tokens arrive while a node runs, not only between nodes); what it emits
-waits in a queue. A caller that stops reading early cancels the run's task, which releases the thread's run lock
-as any cancelled run does (the thread stays resumable); an error or a crash in the run reaches the caller after
-what was emitted before it.
+waits in a queue. A caller that stops reading early stops the run between nodes: the node under way finishes (its
+tool calls are recorded), the run lock is released and the thread stays resumable; an error or a crash in the run
+reaches the caller after what was emitted before it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -77,12 +76,12 @@ class RunStream:
         return out
 
     async def aclose(self) -> None:
-        """Stop the run if it is still going (the caller stopped reading): its lock is released, the thread stays
-        resumable."""
+        """The caller stopped reading: the run finishes the node under way and stops before the next one (a call in
+        flight is recorded, never abandoned to run again on resume), then releases the thread, resumable. Never
+        cancelled from here: if this wait is cancelled (a client gone), the run still stops by itself."""
         if self.task is not None and not self.task.done():
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+            self.observer.stop = True
+            await asyncio.shield(self.task)
 
 
 async def stream_run(stream: RunStream) -> AsyncGenerator[Any, None]:

@@ -44,6 +44,8 @@ class RunObserver:
     step: int = 0
     #: Messages already streamed whole or as chunks in ``"messages"`` mode (none is sent twice).
     streamed: set[str] = field(default_factory=set)
+    #: The caller stopped reading: the run finishes the node under way and stops before the next one.
+    stop: bool = False
 
     @property
     def wants_tokens(self) -> bool:
