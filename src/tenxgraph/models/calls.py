@@ -30,8 +30,8 @@ async def generate(model: ChatModel, messages: Sequence[Message], tools: Sequenc
     """The model's next assistant message for *messages*, streamed to the run's caller when it asks for tokens."""
     ctx = current_run()
     observer = ctx.observer if ctx is not None else None
-    attributes = _attributes(model)
     tracer = observer.tracer if observer is not None else None
+    attributes = _attributes(model) if tracer is not None else {}  # (nothing to build when tracing is off)
     with span(tracer, f"chat {attributes.get('gen_ai.request.model', type(model).__name__)}", attributes) as traced:
         reply: object = None
         if observer is not None and observer.wants_tokens and isinstance(model, StreamingChatModel):

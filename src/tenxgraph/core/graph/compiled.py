@@ -192,40 +192,29 @@ class CompiledGraph(Generic[S]):
         observer.tracer = tracer_for(cfg.tracer_provider)  # None (and no spans) unless a provider is configured
         after = self.message_cache.after(self.checkpointer, cfg.thread_id)  # a turn reads only newer messages
         with run_span(observer.tracer, cfg.thread_id) as (traced, observer.parent):
-            async for event in self._locked_run(input, resume, new_messages, new_values, cfg, observer, after):
-                if event.result is not None and traced is not None:
-                    traced.set_attributes({"tenxgraph.run.status": event.result.status,
-                                           "tenxgraph.run.outcome": event.result.outcome})  # fmt: skip
-                yield event
-
-    async def _locked_run(
-        self,
-        input: Input,
-        resume: Resume | None,
-        new_messages: list[Message],
-        new_values: dict[str, Any],
-        cfg: RunConfig,
-        observer: RunObserver,
-        after: Any,
-    ) -> AsyncIterator[StreamEvent]:
-        async with hold_run_lock(  # one run per thread at a time
-            self.checkpointer, cfg.thread_id, cfg.lock_timeout, messages_after=after
-        ) as session:
-            cp = self.checkpointer
-            tid = cfg.thread_id
-            snap = await cp.aget_thread(tid)
-            if snap is None:
-                if input is None or resume is not None:
-                    raise ConfigError(f"thread {tid!r} has no stored run to resume; pass input to start one")
-                state, version = self.state_schema(), 0
-            else:
-                state = self.state_schema.from_values(snap.values, await self.message_cache.load(cp, tid))
-                version = snap.version
-            seen = {m.message_id for m in state.messages}
-            run = _Run(self, cfg, state, version, seen, session, observer)
-            async for event in run.walk(resume, new_messages, new_values):
-                yield event
-            yield StreamEvent(END, run.state.meta.step, result=run.result())
+            async with hold_run_lock(  # one run per thread at a time
+                self.checkpointer, cfg.thread_id, cfg.lock_timeout, messages_after=after
+            ) as session:
+                cp = self.checkpointer
+                tid = cfg.thread_id
+                snap = await cp.aget_thread(tid)
+                if snap is None:
+                    if input is None or resume is not None:
+                        raise ConfigError(f"thread {tid!r} has no stored run to resume; pass input to start one")
+                    state, version = self.state_schema(), 0
+                else:
+                    state = self.state_schema.from_values(snap.values, await self.message_cache.load(cp, tid))
+                    version = snap.version
+                seen = {m.message_id for m in state.messages}
+                run = _Run(self, cfg, state, version, seen, session, observer)
+                async for event in run.walk(resume, new_messages, new_values):
+                    yield event
+                result = run.result()
+                if traced is not None:
+                    traced.set_attributes(
+                        {"tenxgraph.run.status": result.status, "tenxgraph.run.outcome": result.outcome}
+                    )
+                yield StreamEvent(END, run.state.meta.step, result=result)
 
     def _next(self, node: str, state: S) -> str:
         if node in self.edges:
