@@ -97,6 +97,7 @@ def node_not_persisted() -> None:
         self.state.meta.status = "running"  # ... and nothing is written until the first node has run
 
     compiled._Run.start = start  # type: ignore[method-assign]
+    compiled._Run.stage = lambda self, messages, values: None  # type: ignore[method-assign]  # (nor staged)
 
 
 def cas_disabled() -> None:

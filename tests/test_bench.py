@@ -27,12 +27,15 @@ def test_scenario_runs_with_and_without_the_ledger() -> None:
 
 
 def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> None:
-    """Statements: run lock and lease claim (one statement) + unlock, thread read, message read, start write, 3
-    advances, 1 ledger read (one tool node): 9, plus BEGIN, the lease's release and COMMIT around the last advance
-    (one transaction: the lease costs no commit of its own); then one per ledger write: 1 when the two
+    """Statements: run lock and lease claim (one statement) + unlock, thread read, message read, the new thread's
+    start, 3 advances, 1 ledger read (one tool node): 9, plus BEGIN, the lease's release and COMMIT around the last
+    advance (one transaction: the lease costs no commit of its own); then one per ledger write: 1 when the two
     calls return together (group commit), 2 when apart (the scenario's sync tools finish in threads, so which one
-    happens is up to the scheduler). Round trips: 6 plus the ledger writes; the lock travels with the thread and
-    message reads, and the unlock with the last advance (pipelined after its COMMIT)."""
+    happens is up to the scheduler). Round trips: 5 plus the ledger writes; the lock travels with the thread and
+    message reads and the new thread's start (written under the lease claimed in the same transaction), and the
+    unlock with the last advance (pipelined after its COMMIT). The durable facts a run needs, each once: the lock
+    with the start, the assistant message before its calls run, the ledger read that fences the tools, each group
+    of records as the calls return, the tool node's advance, the last advance with the unlock."""
     from tests.test_group_commit import CountingWrites
 
     cp = bench.make_pg(pg_dsn, pg_schema, counting=True)
@@ -45,7 +48,7 @@ def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> Non
         run()
     assert sum(counting.writes) == 3 * 2 and len(counting.writes) in range(3, 7)  # 2 records per run, 1-2 writes
     assert bench.RoundTrips.statements == 3 * 12 + len(counting.writes)
-    assert bench.RoundTrips.count == 3 * 6 + len(counting.writes)
+    assert bench.RoundTrips.count == 3 * 5 + len(counting.writes)
     bench.close_pg(cp)
 
 
@@ -66,14 +69,16 @@ def test_in_doubt_opt_in_costs_one_statement_per_call(pg_dsn: str, pg_schema: st
     counting.writes.clear()
     app.invoke(scenario.tenxgraph_input(), {"thread_id": "measured"})
     assert bench.RoundTrips.statements == 12 + len(counting.writes) + 2  # the plain run's, plus one intent per call
-    assert bench.RoundTrips.count == 6 + len(counting.writes) + 2
+    assert bench.RoundTrips.count == 5 + len(counting.writes) + 2
     bench.close_pg(cp)
 
 
 def test_a_turn_of_an_existing_thread_reads_its_messages_in_the_locks_round_trip(pg_dsn: str, pg_schema: str) -> None:
-    """Turn 2 of a thread reads its state and its new messages with the lock: no more round trips or statements
-    than the first turn of a new thread, with the graph that ran turn 1 and with a new graph object (which reads
-    the whole log). Without the read in the lock's round trip a later turn cost one round trip more."""
+    """Turn 2 of a thread reads its state and its new messages with the lock: one round trip more than the first
+    turn of a new thread (whose start went with the lock; a later turn's start is written on its own, after the
+    state it reads), with the graph that ran turn 1 (which knows the thread exists: it sends no start) and with a
+    new graph object (which reads the whole log, and sends a start with the lock in case the thread is new: one
+    statement more, in the same round trip, that writes nothing)."""
     from benchmarks.turns import app
     from tenxgraph import Message
 
@@ -87,8 +92,11 @@ def test_a_turn_of_an_existing_thread_reads_its_messages_in_the_locks_round_trip
 
     graph = app(cp)
     turn(graph, "warm-up", 1)
-    first = turn(graph, "t", 1)  # a new thread: nothing to read but its (missing) row
-    second = turn(graph, "t", 2)  # the graph keeps turn 1's messages: reads the rows after them
+    first = turn(graph, "t", 1)  # a new thread: its (missing) row read, its start written, with the lock
+    second = turn(graph, "t", 2)  # the graph knows the thread: the lock reads its state and messages
     cold = turn(app(cp), "t", 3)  # a new graph object: reads the whole log, still in the lock's round trip
-    assert second == cold == first, (first, second, cold)
+    assert first == (6, 13) and second == (7, 13) and cold == (7, 14), (first, second, cold)
+    assert [m.text for m in graph.get_state("t").messages if m.role == "user"] == [  # type: ignore[union-attr]
+        f"where is order {n}?" for n in (1, 2, 3)
+    ]
     bench.close_pg(cp)

@@ -27,6 +27,7 @@ from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.core import crashpoints
 from tenxgraph.core.crashpoints import CrashInjected
 from tenxgraph.errors import ConfigError, RunLockLostError, StaleStateError, StorageConnectionError, ThreadBusyError
+from tenxgraph.storage.checkpointer.base import hold_run_lock
 from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 from tenxgraph.utils.sync import run_sync
 from tests.test_crashpoints import effects, run_child
@@ -639,6 +640,43 @@ def test_the_state_read_with_the_lock_is_used_once_and_never_after_a_write(pg_ch
             assert await cp.aget_thread("new thread") is None
 
     run_sync(body())
+
+
+def test_a_new_threads_start_goes_with_the_lock_only_under_the_runs_own_lease(
+    pg_checkpointer: PgCheckpointer, pg_dsn: str, pg_schema: str
+) -> None:
+    """The start sent with the lock is written when this run claimed the lease and no thread exists, and answers
+    the run's first write (the same one) without a statement of its own; a run refused the lock writes nothing
+    (without the lease condition it would create the thread another run holds); on a thread that exists it writes
+    nothing and the run's write goes through as usual; any other first write is refused, never taken as the start."""
+    cp = pg_checkpointer
+    hello = Message.user("hello", message_id="m1")
+    other = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
+
+    async def body() -> None:
+        async with hold_run_lock(cp, "new", None, start=({"n": 1}, [hello])):
+            assert await cp.aget_thread("new") is None  # read before the start, in the same round trip
+            assert [m.message_id for m in await other.alist_messages("new")] == ["m1"]  # committed with the lock
+            assert await cp.aput_thread("new", {"n": 1}, expected_version=0, new_messages=[hello]) == 1
+            assert await cp.aput_thread("new", {"n": 2}, expected_version=1) == 2  # (the next one is written)
+        async with hold_run_lock(cp, "held", None):  # another run holds a thread that does not exist yet
+            with pytest.raises(ThreadBusyError):
+                async with hold_run_lock(other, "held", None, start=({"n": 1}, [hello])):
+                    pass
+            assert await cp.aget_thread("held") is None and await cp.alist_messages("held") == []
+        async with hold_run_lock(cp, "new", None, start=({"n": 9}, [Message.user("again", message_id="m2")])):
+            snap = await cp.aget_thread("new")
+            assert snap is not None and (snap.version, snap.values) == (2, {"n": 2})  # untouched
+            assert await cp.aput_thread("new", {"n": 3}, expected_version=2) == 3
+        async with hold_run_lock(cp, "third", None, start=({"n": 1}, [])):
+            with pytest.raises(AssertionError, match="not the start sent with its lock"):
+                await cp.aput_thread("third", {"n": 5}, expected_version=0)
+
+    try:
+        run_sync(body())
+    finally:
+        other.close()
+    assert [m.message_id for m in cp.list_messages("new")] == ["m1"]
 
 
 def _lock_is_free(dsn: str, key: int) -> bool:

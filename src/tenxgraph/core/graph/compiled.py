@@ -27,13 +27,13 @@ from tenxgraph.core.graph.graph_spec import GraphSpec
 from tenxgraph.core.graph.message_cache import MessageCache
 from tenxgraph.core.graph.pauses import asked_of, load_decisions, record_decisions, waiting
 from tenxgraph.core.graph.results import RunResult, StreamEvent
-from tenxgraph.core.graph.streaming import RunStream, StreamMode, parse_modes, stream_run
+from tenxgraph.core.graph.streaming import RunStream, StreamMode, parse_modes, stream_run, sync_events, sync_stream
 from tenxgraph.core.tools.config import RunConfig
 from tenxgraph.core.tools.context import RunContext, running_node
 from tenxgraph.core.tools.interrupts import GraphInterrupt, Interrupt, Pauses, Resume
 from tenxgraph.core.tools.observe import RunObserver
 from tenxgraph.core.tools.tracing import run_span, span, tracer_for
-from tenxgraph.state.messages import Message
+from tenxgraph.state.messages import JSON, Message
 from tenxgraph.state.state import AgentState
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, RunLockSession, hold_run_lock
 from tenxgraph.storage.checkpointer.memory import InMemoryCheckpointer
@@ -110,28 +110,10 @@ class CompiledGraph(Generic[S]):
     def stream(
         self, input: Input, config: Mapping[str, Any] | None = None, *, stream_mode: StreamMode | None = None
     ) -> Iterator[Any]:
-        if stream_mode is not None:  # in batches: one hop to the event loop per batch, not per token
-            stream = self._mode_stream(input, config, stream_mode)
-            try:
-                while batch := run_sync(stream.batch()):
-                    yield from batch
-            finally:  # a caller that stops early must not keep the thread's run lock until garbage collection
-                run_sync(stream.aclose())
-            return
-        agen = self.astream(input, config)
-
-        async def step() -> Any:
-            return await anext(agen)
-
-        try:
-            while True:
-                try:
-                    event = run_sync(step())
-                except StopAsyncIteration:
-                    return
-                yield event
-        finally:  # a caller that stops early must not keep the thread's run lock until garbage collection
-            run_sync(agen.aclose())
+        if stream_mode is not None:  # (a generator: nothing starts before the caller's first next())
+            yield from sync_stream(self._mode_stream(input, config, stream_mode))
+        else:
+            yield from sync_events(self.astream(input, config))
 
     def _mode_stream(self, input: Input, config: Mapping[str, Any] | None, stream_mode: StreamMode) -> RunStream:
         cfg = RunConfig.parse(config)
@@ -191,9 +173,15 @@ class CompiledGraph(Generic[S]):
         observer = observer if observer is not None else RunObserver(cfg.thread_id)
         observer.tracer = tracer_for(cfg.tracer_provider)  # None (and no spans) unless a provider is configured
         after = self.message_cache.after(self.checkpointer, cfg.thread_id)  # a turn reads only newer messages
+        # A thread this graph has not read may be new: its start is staged now, and may be written with the lock.
+        known = (
+            after or input is None or resume is not None or self.message_cache.knows(self.checkpointer, cfg.thread_id)
+        )
+        new = None if known else _Run(self, cfg, self.state_schema(), 0, set(), observer)
+        start = new.stage(new_messages, new_values) if new is not None else None
         with run_span(observer.tracer, cfg.thread_id) as (traced, observer.parent):
             async with hold_run_lock(  # one run per thread at a time
-                self.checkpointer, cfg.thread_id, cfg.lock_timeout, messages_after=after
+                self.checkpointer, cfg.thread_id, cfg.lock_timeout, messages_after=after, start=start
             ) as session:
                 cp = self.checkpointer
                 tid = cfg.thread_id
@@ -201,12 +189,12 @@ class CompiledGraph(Generic[S]):
                 if snap is None:
                     if input is None or resume is not None:
                         raise ConfigError(f"thread {tid!r} has no stored run to resume; pass input to start one")
-                    state, version = self.state_schema(), 0
+                    run = new if new is not None else _Run(self, cfg, self.state_schema(), 0, set(), observer)
+                    self.message_cache.remember(cp, tid)  # (the run creates it: its next turn is not staged)
                 else:
                     state = self.state_schema.from_values(snap.values, await self.message_cache.load(cp, tid))
-                    version = snap.version
-                seen = {m.message_id for m in state.messages}
-                run = _Run(self, cfg, state, version, seen, session, observer)
+                    run = _Run(self, cfg, state, snap.version, {m.message_id for m in state.messages}, observer)
+                run.session = session
                 async for event in run.walk(resume, new_messages, new_values):
                     yield event
                 result = run.result()
@@ -240,11 +228,12 @@ class _Run(Generic[S]):
         state: S,
         version: int,
         seen: set[str],
-        session: RunLockSession,
         observer: RunObserver,
     ) -> None:
         self.graph, self.cfg, self.state, self.version, self.seen = graph, cfg, state, version, seen
-        self.session, self.observer = session, observer
+        self.observer = observer
+        self.session: RunLockSession  # (given once the run lock is held)
+        self.staged: list[Message] | None = None  # a new thread's start, made before the lock (see stage)
         self.steps = 0
         self.resuming = False  # the next node is the one an interrupted run left unfinished
         #: Answers to the thread's interrupts (read from the ledger), and this run's interrupt() calls.
@@ -258,6 +247,11 @@ class _Run(Generic[S]):
         """Finish what the thread left (a crashed run, a failed node, a pause whose answers are in), then run the
         new input. A thread that waits for a person runs nothing until every interrupt is answered."""
         cp, tid, meta = self.graph.checkpointer, self.cfg.thread_id, self.state.meta
+        if self.staged is not None:  # a new thread, its start staged before the lock (and maybe written with it)
+            await self._write(self.staged)
+            async for event in self.loop(last=True):
+                yield event
+            return
         ids = [i.id for i in self.asked] + (list(resume.decisions) if resume is not None else [])
         if ids:
             self.pauses.decisions.update(await load_decisions(cp, tid, ids))
@@ -317,7 +311,21 @@ class _Run(Generic[S]):
             self.state.values_dict(), expected_version=self.version, new_messages=messages
         )
 
+    def stage(self, messages: list[Message], values: dict[str, Any]) -> tuple[dict[str, JSON], list[Message]] | None:
+        """A new thread's start, made on its blank state before the run lock is taken: the values and messages of
+        its first write (a backend may send it with the lock), or None when the input starts nothing."""
+        fresh = self.unseen(messages, "input")
+        if not (fresh or values):
+            return None
+        self._begin(fresh, values)
+        self.staged = fresh
+        return self.state.values_dict(), fresh
+
     async def start(self, messages: list[Message], values: dict[str, Any]) -> None:
+        self._begin(messages, values)
+        await self._write(messages)
+
+    def _begin(self, messages: list[Message], values: dict[str, Any]) -> None:
         """Append new input and record the entry point as the current node: the run now exists."""
         for name, value in values.items():
             setattr(self.state, name, value)
@@ -326,7 +334,6 @@ class _Run(Generic[S]):
         self.state.meta.current_node = self.graph.entry_point
         self.state.meta.status = "running"
         self.state.meta.error = None
-        await self._write(messages)
 
     async def loop(self, last: bool) -> AsyncIterator[StreamEvent]:
         """Run nodes until END. *last*: no input follows this walk, so its END write is the run's last one."""

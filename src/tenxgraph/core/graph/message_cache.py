@@ -49,6 +49,22 @@ class MessageCache:
         kept = self._kept_for(checkpointer, thread_id)
         return kept.last_seq if kept is not None else 0
 
+    def knows(self, checkpointer: BaseCheckpointer, thread_id: str) -> bool:
+        """Whether a run of this graph read or created *thread_id* lately (then it is not new)."""
+        return self._kept_for(checkpointer, thread_id) is not None
+
+    def remember(self, checkpointer: BaseCheckpointer, thread_id: str) -> None:
+        """*thread_id* exists now (a run of this graph created it); its messages are read whole on the next load."""
+        if self._kept_for(checkpointer, thread_id) is None and self.max_threads:
+            self._keep(thread_id, _Kept((), 0))
+
+    def _keep(self, thread_id: str, kept: _Kept) -> None:
+        with self._lock:
+            self._kept[thread_id] = kept
+            self._kept.move_to_end(thread_id)
+            while len(self._kept) > self.max_threads:
+                self._kept.popitem(last=False)
+
     async def load(self, checkpointer: BaseCheckpointer, thread_id: str) -> list[Message]:
         """The thread's messages in stored order, reading only those stored since the last load."""
         kept = self._kept_for(checkpointer, thread_id)
@@ -66,9 +82,5 @@ class MessageCache:
             assert found is not None
             log = tuple(m for _, m in found.rows)
         if self.max_threads:
-            with self._lock:
-                self._kept[thread_id] = _Kept(log, found.last_seq if len(log) == found.count else 0)
-                self._kept.move_to_end(thread_id)
-                while len(self._kept) > self.max_threads:
-                    self._kept.popitem(last=False)
+            self._keep(thread_id, _Kept(log, found.last_seq if len(log) == found.count else 0))
         return list(log)

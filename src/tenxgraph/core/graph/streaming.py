@@ -9,12 +9,13 @@ reaches the caller after what was emitted before it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from tenxgraph.core.graph.results import StreamEvent
 from tenxgraph.core.tools.observe import STREAM_MODES, RunObserver
 from tenxgraph.utils.errors import ConfigError
+from tenxgraph.utils.sync import run_sync
 
 StreamMode = str | Sequence[str]
 _DONE = object()
@@ -92,3 +93,29 @@ async def stream_run(stream: RunStream) -> AsyncGenerator[Any, None]:
                 yield item
     finally:
         await stream.aclose()
+
+
+def sync_stream(stream: RunStream) -> Iterator[Any]:
+    """``CompiledGraph.stream`` with a mode: in batches, one hop to the event loop per batch, not per token."""
+    try:
+        while batch := run_sync(stream.batch()):
+            yield from batch
+    finally:  # a caller that stops early must not keep the thread's run lock until garbage collection
+        run_sync(stream.aclose())
+
+
+def sync_events(agen: AsyncGenerator[Any, None]) -> Iterator[Any]:
+    """``CompiledGraph.stream`` without a mode: one event per hop to the event loop."""
+
+    async def step() -> Any:
+        return await anext(agen)
+
+    try:
+        while True:
+            try:
+                event = run_sync(step())
+            except StopAsyncIteration:
+                return
+            yield event
+    finally:  # a caller that stops early must not keep the thread's run lock until garbage collection
+        run_sync(agen.aclose())

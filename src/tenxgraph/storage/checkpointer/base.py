@@ -192,6 +192,12 @@ class BaseCheckpointer(ABC):
         in the lock's own round trip and answer those first reads from it (PostgreSQL does). The default does
         nothing."""
 
+    def write_with_lock(self, thread_id: str, values: dict[str, JSON], *, new_messages: Sequence[Message]) -> None:
+        """A hint from the run loop, before it takes the run lock of a thread it has not read: if the thread is new,
+        the run's first state write will be ``aput_thread(thread_id, values, expected_version=0, new_messages=...)``.
+        A checkpointer may make that write in the lock's own round trip, only if the lock is granted and no thread
+        exists, and answer that first write from it (PostgreSQL does). The default does nothing."""
+
     def release_lock_with_next_write(self, thread_id: str) -> None:
         """A hint from the run loop: the next state write of *thread_id* is the last one of a run that holds its
         run lock. A checkpointer may release the lock in the same round trip, after the write (PostgreSQL
@@ -312,14 +318,22 @@ class RunLockSession:
 
 @asynccontextmanager
 async def hold_run_lock(
-    checkpointer: BaseCheckpointer, thread_id: str, timeout: float | None, *, messages_after: int | None = None
+    checkpointer: BaseCheckpointer,
+    thread_id: str,
+    timeout: float | None,
+    *,
+    messages_after: int | None = None,
+    start: tuple[dict[str, JSON], Sequence[Message]] | None = None,
 ) -> AsyncIterator[RunLockSession]:
     """Hold *checkpointer*'s run lock on *thread_id*, waiting up to *timeout* seconds (None: not at all) while
     another run holds it; then :class:`ThreadBusyError`, saying how long it waited. *messages_after*: the run's
     first reads will be the thread's state and its messages stored after that sequence number (a backend may
-    read them with the lock)."""
+    read them with the lock). *start*: the values and messages of the run's first write if the thread is new
+    (:meth:`BaseCheckpointer.write_with_lock`)."""
     if messages_after is not None:
         checkpointer.read_with_lock(thread_id, messages_after)
+    if start is not None:
+        checkpointer.write_with_lock(thread_id, start[0], new_messages=start[1])
     deadline = time.monotonic() + (timeout or 0.0)
     delays = BUSY_BACKOFF.delays()
     while True:

@@ -98,6 +98,9 @@ class DelegatingCheckpointer(BaseCheckpointer):
     def read_with_lock(self, thread_id: str, messages_after: int) -> None:
         self.inner.read_with_lock(thread_id, messages_after)
 
+    def write_with_lock(self, thread_id: str, values: dict[str, JSON], *, new_messages: Sequence[Message]) -> None:
+        self.inner.write_with_lock(thread_id, values, new_messages=new_messages)
+
     def release_lock_with_next_write(self, thread_id: str) -> None:
         self.inner.release_lock_with_next_write(thread_id)
 

@@ -8,19 +8,17 @@ Schema (created by :meth:`setup`, idempotent, under an advisory lock): ``threads
 ``version``), ``messages``, ``tool_executions`` (the ledger: ``(thread_id, key)`` primary key, key TEXT never
 truncated, result JSONB, ``created_at`` indexed for pruning), ``run_leases`` and ``schema_version``.
 
-Round trips: a ledger write (or a group of records) is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE status =
-'started'`` (a result replaces an intent, never another result); a node's ledger read is one ``SELECT ... key =
-ANY(...)``; a state write is one statement (compare-and-swap plus the new messages, in CTEs); the run lock and the
-run's first reads share one pipelined round trip, and so do its last write and the lock's release. While a run
-holds its thread, its state reads and writes and its ledger reads use the lock's own connection (fencing); a lease
-keeps the thread through a dropped connection (:mod:`.pg_lease`). Only transient failures are retried; a retried
+Round trips: a ledger write (or group) is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE status = 'started'``;
+a node's ledger read one ``SELECT ... key = ANY(...)``; a state write one statement (compare-and-swap and new
+messages, in CTEs); the run lock shares one pipelined round trip with the run's first reads (and a new thread's
+start), its release one with the last write. A run's reads and writes of its thread use the lock's connection
+(fencing); a lease keeps the thread through a dropped connection. Only transient failures are retried; a retried
 state write whose first attempt may have committed is recognised as ours instead of being reported stale.
 
-Split by concern: SQL in :mod:`.pg_sql`, settings in :mod:`.pg_settings`, the pool (forks, event loops, schema
-setup) and retries in :mod:`.pg_pool` and :mod:`.pg_connect`, reads made with the lock in :mod:`.pg_first_reads`,
-a transactional tool's transaction in :mod:`.pg_transaction`, the cache in :mod:`.pg_cache`, run locks and leases
-in :mod:`.pg_run_lock` and :mod:`.pg_lease`. What is left is one method per operation of the contract (past the
-~350-line guide by the contract's length)."""
+By concern: SQL in :mod:`.pg_sql`, settings :mod:`.pg_settings`, pool and retries :mod:`.pg_pool` and
+:mod:`.pg_connect`, what goes with the lock :mod:`.pg_first_reads`, transactional tools :mod:`.pg_transaction`,
+the cache :mod:`.pg_cache`, run locks and leases :mod:`.pg_run_lock`, :mod:`.pg_lease`. Left here: a method per
+operation of the contract (past the ~350-line guide by the contract's length)."""
 
 from __future__ import annotations
 
@@ -100,7 +98,7 @@ class PgCheckpointer(BaseCheckpointer):
         given = self.settings  # (read as attributes too; run_lease: a lease's life without renewal, see pg_lease)
         self.cache_ttl, self.max_pool_size, self.retries = given.cache_ttl, given.max_pool_size, given.retries
         self.connect_timeout, self.run_lease = float(given.connect_timeout), float(given.run_lease)
-        self.auto_setup = given.auto_setup
+        self.auto_setup: bool = given.auto_setup
         #: The host identity written in leases (None: :func:`.pg_lease.host_identity`). Processes with one identity
         #: must see each other's pids: a holder on this host whose pid is gone is taken over at once.
         self.lease_host: str | None = None
@@ -192,17 +190,15 @@ class PgCheckpointer(BaseCheckpointer):
         return cached if cached is not None else await self._fetch_thread(thread_id)
 
     async def aput_thread(
-        self,
-        thread_id: str,
-        values: dict[str, JSON],
-        *,
-        expected_version: int,
-        new_messages: Sequence[Message] = (),
+        self, thread_id: str, values: dict[str, JSON], *, expected_version: int, new_messages: Sequence[Message] = ()
     ) -> int:
         check_thread_id(thread_id)
-        self._first_reads.forget(thread_id)  # a read made before this write is no longer the state
         text = dumps(values, f"state of thread {thread_id!r}")
         rows = json_rows("id", "data", encode_messages(new_messages))
+        made = self._first_reads.started(thread_id, expected_version, text, rows)  # (a start sent with the lock)
+        self._first_reads.forget(thread_id)  # a read made before this write is no longer the state
+        if made is not None:
+            return made
         params: tuple[object, ...]
         if expected_version == 0:
             query, params = self._q["create_thread"], (thread_id, text, thread_id, rows)
@@ -411,8 +407,8 @@ class PgCheckpointer(BaseCheckpointer):
         """A session advisory lock on a connection held for the run, and the thread's lease, claimed in the same
         statement and round trip as the run's first reads; released with its last write. Another run is refused
         until the lease is released, runs out, or its holder is known dead (see :mod:`.pg_run_lock`)."""
+        reads = self._first_reads.reader(thread_id, self._q)  # (the hints taken first: none is left for later)
         check_thread_id(thread_id)
-        reads = self._first_reads.reader(thread_id, self._q)
         pool = await self._ensure_open()
         async with self._locks.hold(pool, thread_id, self.run_lock_key(thread_id), reads) as found:
             self._first_reads.keep(thread_id, found)
@@ -425,6 +421,11 @@ class PgCheckpointer(BaseCheckpointer):
         """The messages are read in the lock's own round trip too (a third pipelined statement): a turn of a
         thread that exists costs one round trip less (:mod:`.pg_first_reads`)."""
         self._first_reads.plan(thread_id, messages_after)
+
+    def write_with_lock(self, thread_id: str, values: dict[str, JSON], *, new_messages: Sequence[Message]) -> None:
+        """A new thread's start goes in the lock's round trip, under this run's lease (:mod:`.pg_first_reads`)."""
+        text = dumps(values, f"state of thread {thread_id!r}")
+        self._first_reads.plan_start(thread_id, text, json_rows("id", "data", encode_messages(new_messages)))
 
     def holds_thread(self, thread_id: str) -> bool:
         """Whether a run of this checkpointer holds *thread_id*'s lease right now (taken, not yet released: a

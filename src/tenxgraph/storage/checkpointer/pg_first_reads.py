@@ -1,7 +1,12 @@
 """A run's first reads on PostgreSQL, made in its run lock's own round trip: the thread's state and (when the run
 said which, ``hold_run_lock(messages_after=n)``) its messages after a sequence number, pipelined behind the lock
 statement, then handed to the run's first ``aget_thread`` / ``alist_messages_after`` instead of reading again.
-Any write of the thread forgets them (a read made before it is no longer the state)."""
+Any write of the thread forgets them (a read made before it is no longer the state).
+
+And a new thread's start (``hold_run_lock(start=...)``): its first state write goes in the same round trip, behind
+the reads, in the lock's transaction, written only where this run's lease was claimed and no thread exists yet;
+the run's first ``aput_thread`` (the same write) is then answered from it. A refused run writes nothing; a thread
+that exists is read as it is, and its run writes as usual."""
 
 from __future__ import annotations
 
@@ -13,8 +18,12 @@ import psycopg
 from tenxgraph.state.messages import Message
 from tenxgraph.storage.checkpointer.base import MessagesAfter, ThreadSnapshot
 
-#: The run's first reads, made in its run lock's round trip: the thread's state, and its messages after a number.
-FirstReads: TypeAlias = tuple[ThreadSnapshot | None, tuple[int, MessagesAfter] | None]
+#: A new thread's start sent with the lock: the state's JSON, the messages' JSON rows, and the version it made
+#: (None: not written, the thread existed or the lease was not claimed).
+Started: TypeAlias = tuple[str, str, int | None]
+#: The run's first reads, made in its run lock's round trip: the thread's state, its messages after a number, and
+#: the start written with them.
+FirstReads: TypeAlias = tuple[ThreadSnapshot | None, tuple[int, MessagesAfter] | None, Started | None]
 
 
 class FirstReadsWithLock:
@@ -24,35 +33,62 @@ class FirstReadsWithLock:
         self._messages_hint: dict[str, int] = {}
         self._state: dict[str, ThreadSnapshot | None] = {}
         self._messages: dict[str, tuple[int, MessagesAfter]] = {}
+        self._start_hint: dict[str, tuple[str, str]] = {}
+        self._started: dict[str, Started] = {}
 
     def plan(self, thread_id: str, messages_after: int) -> None:
         self._messages_hint[thread_id] = messages_after
 
+    def plan_start(self, thread_id: str, text: str, rows: str) -> None:
+        """The run's first write, if its thread is new: the state's JSON and its messages' rows (``json_rows``)."""
+        self._start_hint[thread_id] = (text, rows)
+
     def reader(
         self, thread_id: str, queries: dict[str, str]
-    ) -> Callable[[psycopg.AsyncConnection[Any]], Awaitable[Callable[[], Awaitable[FirstReads]]]]:
-        """The statements to pipeline behind the lock (sent now, fetched after it), for ``PgRunLocks.hold``."""
+    ) -> Callable[[psycopg.AsyncConnection[Any], str], Awaitable[Callable[[], Awaitable[FirstReads]]]]:
+        """The statements to pipeline behind the lock (sent now, fetched after it), for ``PgRunLocks.hold``; they
+        are given the connection and the lease's owner."""
         after = self._messages_hint.pop(thread_id, None)  # (taken now: nothing is left behind if opening fails)
+        start = self._start_hint.pop(thread_id, None)
 
-        async def reads(conn: psycopg.AsyncConnection[Any]) -> Callable[[], Awaitable[FirstReads]]:
+        async def reads(conn: psycopg.AsyncConnection[Any], owner: str) -> Callable[[], Awaitable[FirstReads]]:
             state = await conn.execute(queries["get_thread"], (thread_id,))
             if after is not None:
                 listed = await conn.execute(queries["list_messages_after"], {"t": thread_id, "after": after})
+            if start is not None:  # after the reads: they see the thread as it was before this run
+                params = (thread_id, start[0], thread_id, owner, thread_id, start[1])
+                created = await conn.execute(queries["create_thread_locked"], params)
 
             async def fetch() -> FirstReads:
                 found = await state.fetchone()
                 snapshot = None if found is None else ThreadSnapshot(thread_id, found[1], int(found[0]))
-                return snapshot, None if after is None else (after, messages_after(await listed.fetchall()))
+                listing = None if after is None else (after, messages_after(await listed.fetchall()))
+                if start is None:
+                    return snapshot, listing, None
+                made = await created.fetchone()
+                return snapshot, listing, (*start, None if made is None else int(made[0]))
 
             return fetch
 
         return reads
 
     def keep(self, thread_id: str, found: FirstReads) -> None:
-        state, messages = found
+        state, messages, started = found
         self._state[thread_id] = state
         if messages is not None:
             self._messages[thread_id] = messages
+        if started is not None:
+            self._started[thread_id] = started
+
+    def started(self, thread_id: str, expected_version: int, text: str, rows: str) -> int | None:
+        """The version of the run's first state write if the lock's round trip made it; None: write it now. Only
+        the write that was sent can be answered so (anything else here would be the run loop's bug)."""
+        sent = self._started.pop(thread_id, None)
+        if sent is None or sent[2] is None:
+            return None
+        if (expected_version, text, rows) != (0, sent[0], sent[1]):
+            raise AssertionError(f"thread {thread_id!r}: the run's first write is not the start sent with its lock")
+        return sent[2]
 
     def state(self, thread_id: str) -> tuple[bool, ThreadSnapshot | None]:
         """``(True, state)`` once if the lock's round trip read the thread's state, else ``(False, None)``."""
@@ -70,6 +106,7 @@ class FirstReadsWithLock:
     def forget(self, thread_id: str) -> None:
         self._state.pop(thread_id, None)
         self._messages.pop(thread_id, None)
+        self._started.pop(thread_id, None)
 
 
 def messages_after(found: list[Any]) -> MessagesAfter:

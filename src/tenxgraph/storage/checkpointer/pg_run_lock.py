@@ -29,8 +29,9 @@ from tenxgraph.utils.errors import ConfigError, RunLockLostError, StorageConnect
 log = logging.getLogger(LOGGER_NAME)
 T = TypeVar("T")
 R = TypeVar("R")
-#: Queue statements on a connection in pipeline mode; the returned coroutine function fetches their results.
-QueueReads: TypeAlias = Callable[[psycopg.AsyncConnection[Any]], Awaitable[Callable[[], Awaitable[R]]]]
+#: Queue statements on a connection in pipeline mode (given it and the lease's owner: a write among them can be
+#: made conditional on the claim); the returned coroutine function fetches their results.
+QueueReads: TypeAlias = Callable[[psycopg.AsyncConnection[Any], str], Awaitable[Callable[[], Awaitable[R]]]]
 
 
 def advisory_key(schema: str, thread_id: str) -> int:
@@ -219,7 +220,7 @@ class PgRunLocks:
                 conn = await attempt_stack.enter_async_context(pool.connection(timeout=self.host.connect_timeout))
                 async with conn.pipeline():  # one round trip: the lock, then (statements later) what the run reads
                     claimed = await conn.execute(self.q["claim_lease"], params)
-                    fetch = await reads(conn)
+                    fetch = await reads(conn, lease.owner)
                 row = await claimed.fetchone()
                 read = await fetch()
                 if row is not None and row[0] and not row[1]:

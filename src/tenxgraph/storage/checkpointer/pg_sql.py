@@ -82,6 +82,17 @@ QUERIES = {
             RETURNING version
 """
     + _MESSAGES_AFTER_WRITE,
+    # A new thread's start, sent in the run lock's round trip (pg_first_reads): written only if this run's lease
+    # was claimed in the same transaction (a refused run writes nothing) and the thread does not exist yet.
+    "create_thread_locked": """
+        WITH w AS (
+            INSERT INTO {schema}.threads (thread_id, version, state)
+            SELECT %s, 1, %s::text::jsonb
+            WHERE EXISTS (SELECT 1 FROM {schema}.run_leases WHERE thread_id = %s AND owner = %s)
+            ON CONFLICT (thread_id) DO NOTHING
+            RETURNING version
+"""
+    + _MESSAGES_AFTER_WRITE,
     "update_thread": """
         WITH w AS (
             UPDATE {schema}.threads SET version = version + 1, state = %s::text::jsonb, updated_at = now()
