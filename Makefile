@@ -78,13 +78,16 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	touch $@
 
 # Every shape side by side with LangGraph (PostgreSQL rows with REPLAYSAFE_PG_DSN, Redis with REPLAYSAFE_REDIS_URL);
-# all figures end up in benchmarks/results.json. Figures, not pass/fail: see docs/benchmarks.md.
+# DBOS Transact beside it; all figures end up in benchmarks/results.json, and the last step prints each target
+# with its median, min, load and met or missed. Figures, not pass/fail: see docs/benchmarks.md.
 bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.bench
 	$(BENCH_VENV)/bin/python -m benchmarks.parallel
 	$(BENCH_VENV)/bin/python -m benchmarks.turns
 	$(BENCH_VENV)/bin/python -m benchmarks.floor
 	$(BENCH_VENV)/bin/python -m benchmarks.observe
+	$(BENCH_VENV)/bin/python -m benchmarks.budgets
+	$(BENCH_VENV)/bin/python -m benchmarks.dbos_peer
 	if [ -n "$${REPLAYSAFE_PG_DSN:-}" ] && [ -n "$${REPLAYSAFE_REDIS_URL:-}" ]; then \
 		$(BENCH_VENV)/bin/python -m benchmarks.redis_cache; fi
 	if [ -n "$${REPLAYSAFE_PG_DSN:-}" ]; then $(BENCH_VENV)/bin/python benchmarks/server_chaos.py 500; fi

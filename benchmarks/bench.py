@@ -228,14 +228,17 @@ class Writes(DelegatingCheckpointer):
         cls.state = cls.ledger = 0
 
 
-def langgraph_react(saver: Any, model: Callable[..., dict[str, Any]], tools: list[Any]) -> Any:
-    """LangGraph's usual agent: *model* node, ``ToolNode(tools)``, ``tools_condition`` back and forth."""
+def langgraph_react(
+    saver: Any, model: Callable[..., dict[str, Any]], tools: list[Any], tool_node: Any | None = None
+) -> Any:
+    """LangGraph's usual agent: *model* node, ``ToolNode(tools)`` (or *tool_node*), ``tools_condition`` back and
+    forth."""
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
     graph = StateGraph(MessagesState)
     graph.add_node("agent", model)
-    graph.add_node("tools", ToolNode(tools))
+    graph.add_node("tools", tool_node if tool_node is not None else ToolNode(tools))
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
     graph.add_edge("tools", "agent")
@@ -260,9 +263,11 @@ def pg_contenders(dsn: str, prefix: str, with_langgraph: bool) -> Iterator[tuple
             cp.close()
 
 
-def langgraph_calls(saver: Any, fn: Callable[..., Any], calls: list[dict[str, Any]]) -> Callable[[], None]:
+def langgraph_calls(
+    saver: Any, fn: Callable[..., Any], calls: list[dict[str, Any]], tool_node: Any | None = None
+) -> Callable[[], None]:
     """A LangGraph run (``durability="sync"``): one assistant message calling *fn* once per args in *calls* (in
-    parallel), then a final answer; a fresh thread per run."""
+    parallel, through *tool_node* if given, else a bare ``ToolNode``), then a final answer; a fresh thread per run."""
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_core.tools import tool
 
@@ -272,7 +277,7 @@ def langgraph_calls(saver: Any, fn: Callable[..., Any], calls: list[dict[str, An
             return {"messages": [AIMessage(content="", tool_calls=asked)]}
         return {"messages": [AIMessage(content="done")]}
 
-    app = langgraph_react(saver, model, [tool(fn)])
+    app = langgraph_react(saver, model, [tool(fn)], tool_node)
 
     def run() -> None:
         config = {"configurable": {"thread_id": uuid.uuid4().hex}}
@@ -346,8 +351,11 @@ def median_of(rows: list[dict[str, Any]], runtime: str, backend: str) -> float |
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of each backend's interleaved runs")
     parser.add_argument("--quick", action="store_true", help="fewer runs (a smoke test)")
     args = parser.parse_args()
+    load = round(os.getloadavg()[0], 2)
+    spread: dict[str, list[float]] = {}  # per backend: the ratio ours / LangGraph of each repetition
     runs = 30 if args.quick else args.runs
     warmup = 5 if args.quick else 20
     rows: list[dict[str, Any]] = []
@@ -367,7 +375,13 @@ def main() -> None:
         contenders = {"tenxgraph": ours(cp), "no_ledger": ours_without_ledger(cp)}
         if saver is not None:
             contenders["langgraph"] = langgraph(saver)
-        figures = compare(contenders, runs, warmup)
+        reps = [compare(contenders, runs, warmup) for _ in range(1 if args.quick else args.reps)]
+        figures = {
+            name: {k: round(statistics.median(r[name][k] for r in reps), 3) for k in ("median_ms", "p95_ms", "runs")}
+            for name in contenders
+        }  # (the median of the repetitions' medians)
+        if saver is not None:
+            spread[backend] = [r["tenxgraph"]["median_ms"] / r["langgraph"]["median_ms"] for r in reps]
         add("tenxgraph", backend, figures["tenxgraph"])
         if saver is not None:
             add("langgraph", backend, figures["langgraph"])
@@ -430,8 +444,13 @@ def main() -> None:
             shared.close()
     result = {
         "scenario": "refund",
+        "load_average_at_start": load,
         "rows": rows,
         "ratios": ratios,
+        "ratio_spread": {
+            b: {"median": round(statistics.median(v), 3), "min": round(min(v), 3), "reps": len(v)}
+            for b, v in spread.items()
+        },
         "targets": TARGETS,
         "ledger_cost": ledger,
         **extra,

@@ -100,3 +100,30 @@ def test_a_turn_of_an_existing_thread_reads_its_messages_in_the_locks_round_trip
         f"where is order {n}?" for n in (1, 2, 3)
     ]
     bench.close_pg(cp)
+
+
+def test_make_bench_prints_each_target_met_or_missed_with_its_spread_and_load() -> None:
+    """The last step of ``make bench`` turns the parts' JSON into one line per target: median, min, load, and a
+    verdict that follows the number (a ratio above its target is MISSED, at or below it met)."""
+    from benchmarks.collect import rows
+
+    merged = {
+        "refund": {
+            "load_average_at_start": 1.5,
+            "ratio_spread": {"memory": {"median": 0.17, "min": 0.15}, "sqlite": {"median": 0.24, "min": 0.2}},
+            "postgres_round_trips_per_run": 6.0,
+            "crash_matrix": {"sigkill": {"median_cell_ms": 9.5}},
+        },
+        "budgets": {
+            "approval": {"extra_round_trips": 7},
+            "replay_safe_tool_node": [{"n": 4, "ledger_commits_per_batch": 1.0}],
+        },
+    }
+    table = {target: (median, low, load, ok) for target, median, low, load, ok in rows(merged)}
+    assert table["refund run, memory: <= 0.12 of LangGraph"] == ("0.17", "0.15", "1.50", "MISSED")
+    assert table["refund run, sqlite: <= 0.25 of LangGraph"] == ("0.24", "0.2", "1.50", "met")
+    assert table["PostgreSQL round trips per refund run <= 5 (ledger writes included)"][3] == "MISSED"
+    assert table["crash matrix: SIGKILL cell on SQLite <= 10 ms (median)"][3] == "met"
+    assert table["approval pause + resume: 2 round trips on PostgreSQL"][3] == "MISSED"
+    assert table["ReplaySafeToolNode, N = 4: <= 1 commit per batch over ToolNode"][3] == "met"
+    assert not any(t.startswith("refund run, postgres") for t in table)  # a part that did not run prints nothing
