@@ -66,7 +66,7 @@ def rows(merged: dict[str, Any]) -> Iterator[Row]:
                load_of(observe), verdict(observe["tracing_off_within_noise"] == "met"))  # fmt: skip
     budgets = merged.get("budgets", {})
     for row in budgets.get("replay_safe_tool_node", []):
-        commits = row["ledger_commits_per_batch"]
+        commits = round(row["ledger_commits_per_batch"], 2)
         yield (f"ReplaySafeToolNode, N = {row['n']}: <= 1 commit per batch over ToolNode", str(commits), "", "",
                verdict(commits <= 1))  # fmt: skip
     approval = budgets.get("approval")

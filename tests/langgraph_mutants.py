@@ -49,8 +49,8 @@ def lg_record_never_written() -> None:
         async def aput_tool_result(self, thread_id: str, key: str, result: Any) -> bool:
             return True
 
-        async def aput_tool_results(self, thread_id: str, records: Any) -> None:
-            return None
+        async def aput_tool_results(self, thread_id: str, records: Any) -> list[bool]:
+            return [True] * len(records)  # (a group of siblings that returned together: all "written")
 
     original = tools.ReplaySafeToolCalls.__init__
 

@@ -172,3 +172,61 @@ def test_a_writer_cancelled_before_its_write_hands_the_group_on() -> None:
         return [written]
 
     assert asyncio.run(scenario()) == [True]
+
+
+def test_a_group_write_answered_with_no_outcome_per_record_fails_every_sibling_never_hangs() -> None:
+    """A checkpointer whose ``aput_tool_results`` answers something else than one outcome per record (a wrapper
+    that returns None) fails the whole group with an error naming the method: its siblings waited forever before."""
+    from tenxgraph.core.graph.utils.record_batch import RecordBatch
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    class Mute(DelegatingCheckpointer):
+        async def aput_tool_results(self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]) -> None:
+            return None
+
+    async def scenario() -> list[BaseException | bool]:
+        batch = RecordBatch(Mute(InMemoryCheckpointer()), "t")
+        puts = [batch.put(f"m:{i}", {"output": i}) for i in range(3)]
+        return await asyncio.wait_for(asyncio.gather(*puts, return_exceptions=True), timeout=5)
+
+    outcomes = asyncio.run(scenario())
+    assert len(outcomes) == 3 and all(isinstance(o, TypeError) for o in outcomes), outcomes
+    assert "Mute.aput_tool_results answered None for 3 records" in str(outcomes[0])
+
+
+def test_replay_safe_tool_node_records_siblings_that_return_together_in_one_write(tmp_path: object) -> None:
+    """LangGraph's ToolNode hands each call to the wrapper on its own; siblings that return together still share
+    one write (async tools under ``ainvoke``: they return in the same turn of the loop), and each is recorded."""
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from benchmarks.bench import langgraph_react
+    from tenxgraph.integrations.langgraph import ReplaySafeToolNode
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    everyone = asyncio.Event()
+    started = 0
+
+    async def fetch(item: int) -> str:
+        """Fetch an item."""
+        nonlocal started
+        started += 1
+        if started == 4:
+            everyone.set()
+        await everyone.wait()
+        return f"item {item}"
+
+    def model(state: dict[str, object]) -> dict[str, object]:
+        if not any(isinstance(m, AIMessage) for m in state["messages"]):  # type: ignore[attr-defined]
+            calls = [{"name": "fetch", "args": {"item": i}, "id": f"c{i}", "type": "tool_call"} for i in range(4)]
+            return {"messages": [AIMessage(content="", tool_calls=calls)]}
+        return {"messages": [AIMessage(content="done")]}
+
+    ledger = CountingWrites(InMemoryCheckpointer())
+    app = langgraph_react(InMemorySaver(), model, [], ReplaySafeToolNode([tool(fetch)], ledger=ledger))
+    config = {"configurable": {"thread_id": "t"}}
+    asyncio.run(app.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync"))
+    assert ledger.writes == [4]  # one write for the four (one each before the group commit)
+    assert len(ledger.inner.list_tool_results("t")) == 4

@@ -9,7 +9,9 @@ calls the ledger component (:func:`~tenxgraph.core.graph.utils.invoke_node_handl
   an ``AIMessage`` without an id, runs without replay protection, with a WARNING naming it;
 - the thread: the run's ``config["configurable"]["thread_id"]`` (no thread: a ``ConfigError``);
 - the tool: LangGraph's ``execute(request)``, which validates, injects state and runs the real tool; its
-  ``ToolMessage`` (content and status) is recorded as soon as it returns, before its siblings finish;
+  ``ToolMessage`` (content and status) is recorded as soon as it returns, before its siblings finish (siblings
+  that return together are recorded in one write, the group commit of our own tool node: one ``RecordBatch`` per
+  ``AIMessage`` and event loop, alive while a call of it is);
 - the effect class, in-doubt policy and ``reconcile`` function of each tool, given by name to the constructor or
   in the tool's ``metadata`` (``{"effect": "read"}``, or the MCP annotations ``langchain-mcp-adapters`` puts there:
   ``{"readOnlyHint": true, ...}``), with the same meaning and checks as ``@tool(...)``; the
@@ -23,8 +25,11 @@ call is answered with an error naming it, recorded, and never runs again; see do
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import threading
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
@@ -37,6 +42,7 @@ from langgraph.types import Command
 
 from tenxgraph.core.graph.utils.invoke_node_handler import invoke_tool_call
 from tenxgraph.core.graph.utils.ledger_record import ToolExecution, result_message_id
+from tenxgraph.core.graph.utils.record_batch import RecordBatch
 from tenxgraph.core.tools.context import current_tool_call
 from tenxgraph.core.tools.effects import Effect, effect_from_hints
 from tenxgraph.core.tools.tool import Reconcile, Tool, ToolOutput, check_policy
@@ -104,6 +110,9 @@ class ReplaySafeToolCalls:
         self.reconcile = dict(reconcile or {})
         self.messages_key = messages_key
         self._durability_warned = False
+        # The group commit of each AIMessage's calls under way, per event loop (see _group).
+        self._groups: weakref.WeakValueDictionary[tuple[int, str, str], RecordBatch] = weakref.WeakValueDictionary()
+        self._groups_lock = threading.Lock()
 
     def check(self, tools: Sequence[BaseTool]) -> None:
         """Check every tool's effect class and in-doubt policy now (a ``ConfigError`` naming the tool)."""
@@ -140,13 +149,25 @@ class ReplaySafeToolCalls:
         self._check_durability(request, thread_id)
         fresh: list[Result] = []  # what LangGraph's execute returned, when the tool ran here
         tool = self._ledger_tool(request, execute, fresh)
+        records = self._group(thread_id, str(ai.id))
         try:
             execution = await invoke_tool_call(
-                assistant_message(ai), index, {tool.name: tool}, self.ledger, thread_id, tool_timeout=self.tool_timeout
-            )
+                assistant_message(ai), index, {tool.name: tool}, self.ledger, thread_id, tool_timeout=self.tool_timeout,
+                records=records,
+            )  # fmt: skip
         except _Bubble as bubble:  # nothing is recorded: LangGraph runs the tool again when the run resumes
             raise bubble.inner from None
         return _answer(execution, call, fresh)
+
+    def _group(self, thread_id: str, message_id: str) -> RecordBatch:
+        """The group commit of *message_id*'s calls on this event loop: siblings that return together are recorded
+        in one write. Kept while a call holds it (LangGraph hands the calls over one by one, from its threads)."""
+        key = (id(asyncio.get_running_loop()), thread_id, message_id)
+        with self._groups_lock:
+            group = self._groups.get(key)
+            if group is None:
+                group = self._groups[key] = RecordBatch(self.ledger, thread_id)
+            return group
 
     def _check_durability(self, request: ToolCallRequest, thread_id: str) -> None:
         """The first time a run's durability is not ``"sync"``, a WARNING. With LangGraph's default

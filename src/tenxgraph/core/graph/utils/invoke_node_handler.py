@@ -240,14 +240,16 @@ async def invoke_tool_call(
     thread_id: str,
     *,
     tool_timeout: float | None = TOOL_TIMEOUT,
+    records: RecordBatch | None = None,
 ) -> ToolExecution:
     """Steps 1 to 4 for the one call at *index* of *message*, for a framework that runs each call of a message on
     its own (LangGraph's ``ToolNode`` calls its ``wrap_tool_call`` once per call, concurrently): its record is
     replayed, or the tool runs and its record is written as it returns. Parallel calls each come through here, so
-    each is read, run and recorded one by one (no group commit, no completion order)."""
+    each is read and run on its own (no completion order); *records*, shared by the message's calls, writes those
+    that return together in one group (else each is written alone)."""
     crash_point("tool.before_ledger_read")
     (call,) = ledger_calls(message, tools, thread_id, only=index)
-    batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools))
+    batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools), records=records)
     record = (await _read_ledger(batch, [call])).get(call.key) if call.key is not None else None
     if record is not None and call.key is not None and record.get("kind") != "intent":
         emit_event("tool_replayed", logging.INFO, thread_id=thread_id, tool=call.name, key=call.key)

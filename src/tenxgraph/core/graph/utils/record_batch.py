@@ -71,6 +71,11 @@ class RecordBatch:
                 ]
             else:
                 results = await self.checkpointer.aput_tool_results(self.thread_id, [(w.key, w.record) for w in group])
+            if not isinstance(results, list) or len(results) != len(group):  # (else its siblings would wait forever)
+                raise TypeError(
+                    f"{type(self.checkpointer).__name__}.aput_tool_results answered {results!r} for {len(group)} "
+                    "records: it must return one outcome per record (see BaseCheckpointer.aput_tool_results)"
+                )
         except Exception as exc:
             for w in group:
                 if w is not mine and not w.done.done():  # (a waiter may have been cancelled meanwhile)
