@@ -28,7 +28,7 @@ from tenxgraph.storage.checkpointer import (
 )
 from tenxgraph.utils.sync import run_sync
 
-TARGETS = {"memory": 0.12, "sqlite": 0.35, "postgres": 0.35}  # issue #16: median ratio ours / LangGraph
+TARGETS = {"memory": 0.12, "sqlite": 0.25, "postgres": 0.35}  # issue #31: median ratio ours / LangGraph
 RESULTS = Path(__file__).with_name("results.json")
 
 
@@ -411,10 +411,11 @@ def main() -> None:
             extra["postgres_round_trips_per_run"] = RoundTrips.count / 10
             extra["postgres_statements_per_run"] = RoundTrips.statements / 10
             extra["postgres_round_trips_note"] = (
-                "statements per run: run lock and lease claim (one statement) + unlock, thread read, start write, "
-                "3 node advances, 1 ledger read (one tool node), 1-2 ledger writes (group commit), BEGIN, the "
-                "lease's release and COMMIT around the last advance; round trips: 6 plus the ledger writes (the "
-                "lock is pipelined with the thread read, the unlock with the last advance, after its COMMIT)"
+                "statements per run: run lock and lease claim (one statement) + unlock, thread read, message read, "
+                "the new thread's start, 2 more advances, 1 ledger read (one tool node), 1-2 ledger writes (group "
+                "commit), BEGIN, the lease's release and COMMIT around the last advance; round trips: 5 plus the "
+                "ledger writes (the lock is pipelined with the reads and the start, the unlock with the last "
+                "advance, after its COMMIT)"
             )
             close_pg(counted)
     for backend, figures in ledger.items():
