@@ -213,7 +213,7 @@ def dead_connections_reused() -> None:
         params = self._claim_params(lease)
         async with conn.pipeline():
             locked = await conn.execute(self.q["claim_lease"], params)
-            fetch = await reads(conn)
+            fetch = await reads(conn, lease.owner)
         row = await locked.fetchone()
         if row is not None and row[0] and not row[1]:  # (a killed holder's lease, as the real one does)
             row = await self._take_from_dead(conn, lease, params, Holder.from_row(row[2:]), row)
