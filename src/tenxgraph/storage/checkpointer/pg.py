@@ -193,12 +193,12 @@ class PgCheckpointer(BaseCheckpointer):
         self, thread_id: str, values: dict[str, JSON], *, expected_version: int, new_messages: Sequence[Message] = ()
     ) -> int:
         check_thread_id(thread_id)
-        text = dumps(values, f"state of thread {thread_id!r}")
-        rows = json_rows("id", "data", encode_messages(new_messages))
-        made = self._first_reads.started(thread_id, expected_version, text, rows)  # (a start sent with the lock)
+        made = self._first_reads.started(thread_id, expected_version, values, new_messages)  # (sent with the lock)
         self._first_reads.forget(thread_id)  # a read made before this write is no longer the state
         if made is not None:
             return made
+        text = dumps(values, f"state of thread {thread_id!r}")
+        rows = json_rows("id", "data", encode_messages(new_messages))
         params: tuple[object, ...]
         if expected_version == 0:
             query, params = self._q["create_thread"], (thread_id, text, thread_id, rows)
@@ -424,8 +424,8 @@ class PgCheckpointer(BaseCheckpointer):
 
     def write_with_lock(self, thread_id: str, values: dict[str, JSON], *, new_messages: Sequence[Message]) -> None:
         """A new thread's start goes in the lock's round trip, under this run's lease (:mod:`.pg_first_reads`)."""
-        text = dumps(values, f"state of thread {thread_id!r}")
-        self._first_reads.plan_start(thread_id, text, json_rows("id", "data", encode_messages(new_messages)))
+        sql = dumps(values, f"state of thread {thread_id!r}"), json_rows("id", "data", encode_messages(new_messages))
+        self._first_reads.plan_start(thread_id, values, new_messages, sql)
 
     def holds_thread(self, thread_id: str) -> bool:
         """Whether a run of this checkpointer holds *thread_id*'s lease right now (taken, not yet released: a

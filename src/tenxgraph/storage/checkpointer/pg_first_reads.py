@@ -10,17 +10,17 @@ that exists is read as it is, and its run writes as usual."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
 
 import psycopg
 
-from tenxgraph.state.messages import Message
+from tenxgraph.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import MessagesAfter, ThreadSnapshot
 
-#: A new thread's start sent with the lock: the state's JSON, the messages' JSON rows, and the version it made
-#: (None: not written, the thread existed or the lease was not claimed).
-Started: TypeAlias = tuple[str, str, int | None]
+#: A new thread's start sent with the lock: its values, its messages' ids, and the version it made (None: not
+#: written, the thread existed or the lease was not claimed).
+Started: TypeAlias = tuple[dict[str, JSON], tuple[str, ...], int | None]
 #: The run's first reads, made in its run lock's round trip: the thread's state, its messages after a number, and
 #: the start written with them.
 FirstReads: TypeAlias = tuple[ThreadSnapshot | None, tuple[int, MessagesAfter] | None, Started | None]
@@ -33,15 +33,18 @@ class FirstReadsWithLock:
         self._messages_hint: dict[str, int] = {}
         self._state: dict[str, ThreadSnapshot | None] = {}
         self._messages: dict[str, tuple[int, MessagesAfter]] = {}
-        self._start_hint: dict[str, tuple[str, str]] = {}
+        self._start_hint: dict[str, tuple[dict[str, JSON], tuple[str, ...], str, str]] = {}
         self._started: dict[str, Started] = {}
 
     def plan(self, thread_id: str, messages_after: int) -> None:
         self._messages_hint[thread_id] = messages_after
 
-    def plan_start(self, thread_id: str, text: str, rows: str) -> None:
-        """The run's first write, if its thread is new: the state's JSON and its messages' rows (``json_rows``)."""
-        self._start_hint[thread_id] = (text, rows)
+    def plan_start(
+        self, thread_id: str, values: dict[str, JSON], messages: Sequence[Message], sql: tuple[str, str]
+    ) -> None:
+        """The run's first write, if its thread is new: its values and messages, and the state's JSON and the
+        messages' rows (``json_rows``) that the statement sends."""
+        self._start_hint[thread_id] = (values, tuple(m.message_id for m in messages), *sql)
 
     def reader(
         self, thread_id: str, queries: dict[str, str]
@@ -56,7 +59,7 @@ class FirstReadsWithLock:
             if after is not None:
                 listed = await conn.execute(queries["list_messages_after"], {"t": thread_id, "after": after})
             if start is not None:  # after the reads: they see the thread as it was before this run
-                params = (thread_id, start[0], thread_id, owner, thread_id, start[1])
+                params = (thread_id, start[2], thread_id, owner, thread_id, start[3])
                 created = await conn.execute(queries["create_thread_locked"], params)
 
             async def fetch() -> FirstReads:
@@ -66,7 +69,7 @@ class FirstReadsWithLock:
                 if start is None:
                     return snapshot, listing, None
                 made = await created.fetchone()
-                return snapshot, listing, (*start, None if made is None else int(made[0]))
+                return snapshot, listing, (start[0], start[1], None if made is None else int(made[0]))
 
             return fetch
 
@@ -80,13 +83,16 @@ class FirstReadsWithLock:
         if started is not None:
             self._started[thread_id] = started
 
-    def started(self, thread_id: str, expected_version: int, text: str, rows: str) -> int | None:
-        """The version of the run's first state write if the lock's round trip made it; None: write it now. Only
-        the write that was sent can be answered so (anything else here would be the run loop's bug)."""
+    def started(
+        self, thread_id: str, expected_version: int, values: dict[str, JSON], messages: Sequence[Message]
+    ) -> int | None:
+        """The version of the run's first state write if the lock's round trip made it (nothing to encode or send
+        again); None: write it now. Only the write that was sent can be answered so (anything else here would be
+        the run loop's bug)."""
         sent = self._started.pop(thread_id, None)
         if sent is None or sent[2] is None:
             return None
-        if (expected_version, text, rows) != (0, sent[0], sent[1]):
+        if (expected_version, values, tuple(m.message_id for m in messages)) != (0, sent[0], sent[1]):
             raise AssertionError(f"thread {thread_id!r}: the run's first write is not the start sent with its lock")
         return sent[2]
 
