@@ -33,16 +33,20 @@ def _start_loop() -> asyncio.AbstractEventLoop:
 
 
 def _forget_loop_after_fork() -> None:
-    global _loop, _lock, _busy, _busy_cond
+    global _loop, _lock, _idle
     _loop = None
     _lock = threading.Lock()
-    _busy, _busy_cond = 0, threading.Condition()  # the parent's worker threads do not exist here
+    _busy.clear()  # the parent's worker threads do not exist here
+    _idle = threading.Condition()
 
 
 os.register_at_fork(after_in_child=_forget_loop_after_fork)
 
-_busy = 0
-_busy_cond = threading.Condition()
+#: One item per thread inside :func:`to_thread`'s call (appending and popping a list are atomic: a call costs no
+#: lock of its own); :func:`wait_threads_idle`, rare (the harness before it forks), is woken through ``_idle``.
+_busy: list[None] = []
+_waiters: list[None] = []
+_idle = threading.Condition()
 
 
 async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -52,15 +56,14 @@ async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     (the crash-matrix harness before it forks) wait until no such thread is inside user code or a driver."""
 
     def counted() -> T:
-        global _busy
-        with _busy_cond:
-            _busy += 1
+        _busy.append(None)
         try:
             return fn(*args, **kwargs)
         finally:
-            with _busy_cond:
-                _busy -= 1
-                _busy_cond.notify_all()
+            _busy.pop()
+            if _waiters:
+                with _idle:
+                    _idle.notify_all()
 
     return await asyncio.to_thread(counted)
 
@@ -68,12 +71,16 @@ async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 def wait_threads_idle(timeout: float) -> bool:
     """Wait until no thread started by :func:`to_thread` is running; False if *timeout* seconds passed first."""
     deadline = time.monotonic() + timeout
-    with _busy_cond:
-        while _busy:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            _busy_cond.wait(left)
+    _waiters.append(None)
+    try:
+        with _idle:
+            while _busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                _idle.wait(min(left, 0.01))  # (a thread that finished before we waited is seen 10 ms later)
+    finally:
+        _waiters.pop()
     return True
 
 
