@@ -52,6 +52,32 @@ def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> Non
     bench.close_pg(cp)
 
 
+def test_an_approval_pause_and_its_resume_round_trips(pg_dsn: str, pg_schema: str) -> None:
+    """The paused run: the lock with the start, the assistant message, the ledger read, the pause with the unlock
+    (its last write): 4. The resume: the lock with the thread's reads and the Resume's decisions (read behind the
+    lock), the decisions' record, the status write, the tool node's ledger read, its record(s), two advances (the
+    last with the unlock): 5 plus the ledger writes. In all 5 more than the same run without the approval."""
+    from benchmarks import scenario
+    from tenxgraph import ReactAgent, Reply, Resume, ScriptedModel, tool
+    from tests.test_group_commit import CountingWrites
+
+    cp = bench.make_pg(pg_dsn, pg_schema, counting=True)
+    counting = CountingWrites(cp)
+    script = [Reply(tool_calls=[("lookup_order", {"order_id": "1"}), ("refund_order", {"order_id": "1"})]), "ok"]
+    tools = [scenario.lookup_order, tool(approval=True)(scenario.refund_order)]
+    app = ReactAgent(ScriptedModel(script), tools=tools).compile(counting)
+    app.invoke(scenario.tenxgraph_input(), {"thread_id": "warm"})  # (schema setup)
+    bench.RoundTrips.reset()
+    paused = app.invoke(scenario.tenxgraph_input(), {"thread_id": "measured"})
+    assert paused.status == "interrupted" and bench.RoundTrips.count == 4
+    bench.RoundTrips.reset()
+    counting.writes.clear()
+    done = app.invoke(Resume({i.id: True for i in paused.interrupts}), {"thread_id": "measured"})
+    assert done.status == "done" and counting.writes[0] == 1  # the decision, then the tool node's 1-2 groups
+    assert len(counting.writes) in (2, 3) and bench.RoundTrips.count == 5 + len(counting.writes)
+    bench.close_pg(cp)
+
+
 def test_in_doubt_opt_in_costs_one_statement_per_call(pg_dsn: str, pg_schema: str) -> None:
     """Tools with on_in_doubt write an intent before running: exactly one extra statement per call, no more."""
     from benchmarks import scenario

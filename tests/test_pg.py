@@ -892,3 +892,33 @@ def test_a_blip_of_the_lock_connection_does_not_run_an_in_flight_sibling_twice(
         cp.close()
         for proxy in proxies.values():
             proxy.close()
+
+
+def test_a_resumes_decisions_are_read_with_the_lock_and_answer_only_the_first_ledger_read(
+    pg_checkpointer: PgCheckpointer, pg_dsn: str, pg_schema: str
+) -> None:
+    """The keys hinted before the lock are read behind it (as the lock found them) and answer the thread's first
+    ledger read when it asks for no other key; any other read, a second one, or a read after a ledger write goes
+    to PostgreSQL (a record another writer added after the lock's read is seen there, never hidden)."""
+    cp = pg_checkpointer
+    other = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
+    yes = {"kind": "decision", "value": True}
+
+    async def body() -> None:
+        await cp.aput_tool_result("t", "decision:a", yes)
+        async with hold_run_lock(cp, "t", None, ledger_keys=["decision:a", "decision:b"]):
+            await other.aput_tool_result("t", "decision:b", yes)  # (a writer that ignores the lock, after its read)
+            assert await cp.aget_tool_results("t", ["decision:b", "decision:a"]) == {"decision:a": yes}  # the lock's
+            assert await cp.aget_tool_results("t", ["decision:b"]) == {"decision:b": yes}  # read again: once only
+        async with hold_run_lock(cp, "t", None, ledger_keys=["decision:a"]):
+            both = {"decision:a": yes, "decision:b": yes}
+            assert await cp.aget_tool_results("t", ["decision:a", "decision:b"]) == both  # not all of them hinted
+        async with hold_run_lock(cp, "t", None, ledger_keys=["decision:d"]):
+            await cp.aput_tool_result("t", "decision:c", yes)  # a ledger write of the thread: the lock's read is old
+            await other.aput_tool_result("t", "decision:d", yes)
+            assert await cp.aget_tool_results("t", ["decision:d"]) == {"decision:d": yes}  # read after the write
+
+    try:
+        run_sync(body())
+    finally:
+        other.close()

@@ -25,7 +25,7 @@ from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.compile_checks import check_transactional, is_async, with_in_doubt_default
 from tenxgraph.core.graph.graph_spec import GraphSpec
 from tenxgraph.core.graph.message_cache import MessageCache
-from tenxgraph.core.graph.pauses import asked_of, load_decisions, record_decisions, waiting
+from tenxgraph.core.graph.pauses import asked_of, decision_keys, load_decisions, record_decisions, waiting
 from tenxgraph.core.graph.results import RunResult, StreamEvent
 from tenxgraph.core.graph.streaming import RunStream, StreamMode, parse_modes, stream_run, sync_events, sync_stream
 from tenxgraph.core.tools.config import RunConfig
@@ -122,8 +122,7 @@ class CompiledGraph(Generic[S]):
 
     async def aget_state(self, thread_id: str) -> S | None:
         """The stored state of a thread, or None."""
-        snap = await self.checkpointer.aget_thread(thread_id)
-        if snap is None:
+        if (snap := await self.checkpointer.aget_thread(thread_id)) is None:
             return None
         return self.state_schema.from_values(snap.values, await self.message_cache.load(self.checkpointer, thread_id))
 
@@ -180,11 +179,15 @@ class CompiledGraph(Generic[S]):
         new = None if known else _Run(self, cfg, self.state_schema(), 0, set(), observer)
         start = new.stage(new_messages, new_values) if new is not None else None
         with run_span(observer.tracer, cfg.thread_id) as (traced, observer.parent):
-            async with hold_run_lock(  # one run per thread at a time
-                self.checkpointer, cfg.thread_id, cfg.lock_timeout, messages_after=after, start=start
+            async with hold_run_lock(  # one run per thread at a time (a Resume's decisions read with the lock)
+                self.checkpointer,
+                cfg.thread_id,
+                cfg.lock_timeout,
+                messages_after=after,
+                start=start,
+                ledger_keys=decision_keys(resume),
             ) as session:
-                cp = self.checkpointer
-                tid = cfg.thread_id
+                cp, tid = self.checkpointer, cfg.thread_id
                 snap = await cp.aget_thread(tid)
                 if snap is None:
                     if input is None or resume is not None:
@@ -383,6 +386,7 @@ class _Run(Generic[S]):
         meta.interrupts = [i.to_dict() for i in self.asked]
         meta.status = "interrupted"
         meta.error = None
+        self.session.next_write_is_last()  # the run stops here: the lock may go with this write
         await self._write([])
         self.paused = True
         pending = [i.id for i in waiting(self.asked, self.pauses.decisions)]

@@ -31,6 +31,11 @@ def waiting(asked: Sequence[Interrupt], decisions: Mapping[str, JSON]) -> list[I
     return [i for i in asked if i.id not in decisions]
 
 
+def decision_keys(resume: Resume | None) -> list[str]:
+    """The ledger keys of the decisions *resume* brings (what :func:`load_decisions` reads first)."""
+    return [decision_key(i) for i in resume.decisions] if resume is not None else []
+
+
 async def load_decisions(checkpointer: BaseCheckpointer, thread_id: str, ids: Iterable[str]) -> dict[str, JSON]:
     """The recorded decision of each of *ids* that has one (one ledger read)."""
     keys = {decision_key(i): i for i in dict.fromkeys(ids)}

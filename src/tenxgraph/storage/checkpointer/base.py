@@ -198,6 +198,11 @@ class BaseCheckpointer(ABC):
         A checkpointer may make that write in the lock's own round trip, only if the lock is granted and no thread
         exists, and answer that first write from it (PostgreSQL does). The default does nothing."""
 
+    def read_ledger_with_lock(self, thread_id: str, keys: Sequence[str]) -> None:
+        """A hint from the run loop, before it takes the run lock of *thread_id*: its first ledger read will ask for
+        (some of) *keys* (the decisions a ``Resume`` brings). A checkpointer may read them in the lock's own round
+        trip and answer that first read from it (PostgreSQL does). The default does nothing."""
+
     def release_lock_with_next_write(self, thread_id: str) -> None:
         """A hint from the run loop: the next state write of *thread_id* is the last one of a run that holds its
         run lock. A checkpointer may release the lock in the same round trip, after the write (PostgreSQL
@@ -324,12 +329,16 @@ async def hold_run_lock(
     *,
     messages_after: int | None = None,
     start: tuple[dict[str, JSON], Sequence[Message]] | None = None,
+    ledger_keys: Sequence[str] = (),
 ) -> AsyncIterator[RunLockSession]:
     """Hold *checkpointer*'s run lock on *thread_id*, waiting up to *timeout* seconds (None: not at all) while
     another run holds it; then :class:`ThreadBusyError`, saying how long it waited. *messages_after*: the run's
     first reads will be the thread's state and its messages stored after that sequence number (a backend may
     read them with the lock). *start*: the values and messages of the run's first write if the thread is new
-    (:meth:`BaseCheckpointer.write_with_lock`)."""
+    (:meth:`BaseCheckpointer.write_with_lock`). *ledger_keys*: the run's first ledger read
+    (:meth:`BaseCheckpointer.read_ledger_with_lock`)."""
+    if ledger_keys:
+        checkpointer.read_ledger_with_lock(thread_id, ledger_keys)
     if messages_after is not None:
         checkpointer.read_with_lock(thread_id, messages_after)
     if start is not None:

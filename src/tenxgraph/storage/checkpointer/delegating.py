@@ -101,6 +101,9 @@ class DelegatingCheckpointer(BaseCheckpointer):
     def write_with_lock(self, thread_id: str, values: dict[str, JSON], *, new_messages: Sequence[Message]) -> None:
         self.inner.write_with_lock(thread_id, values, new_messages=new_messages)
 
+    def read_ledger_with_lock(self, thread_id: str, keys: Sequence[str]) -> None:
+        self.inner.read_ledger_with_lock(thread_id, keys)
+
     def release_lock_with_next_write(self, thread_id: str) -> None:
         self.inner.release_lock_with_next_write(thread_id)
 

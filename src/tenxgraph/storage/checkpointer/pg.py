@@ -42,6 +42,7 @@ from tenxgraph.storage.checkpointer.base import (
 )
 from tenxgraph.utils.constants import LOGGER_NAME, install_hint
 from tenxgraph.utils.errors import ConfigError, SerializationError, StaleStateError
+from tenxgraph.utils.sync import run_sync
 
 # The hyphenated spelling works with every pip; pip 23.2 (Python 3.11's) ignores "[pg_checkpoint]" with a warning.
 _EXTRA_HINT = f"PgCheckpointer needs the pg-checkpoint extra: {install_hint('pg-checkpoint')}"
@@ -93,8 +94,7 @@ class PgCheckpointer(BaseCheckpointer):
             pg_connect.check_redis_url(redis_url)
         self.settings = PgSettings.of(settings)
         self.schema = validate_identifier(schema)
-        self.postgres_dsn = postgres_dsn
-        self.redis_url = redis_url
+        self.postgres_dsn, self.redis_url = postgres_dsn, redis_url
         given = self.settings  # (read as attributes too; run_lease: a lease's life without renewal, see pg_lease)
         self.cache_ttl, self.max_pool_size, self.retries = given.cache_ttl, given.max_pool_size, given.retries
         self.connect_timeout, self.run_lease = float(given.connect_timeout), float(given.run_lease)
@@ -105,8 +105,7 @@ class PgCheckpointer(BaseCheckpointer):
         self._pool = PgPool(postgres_dsn, pool, self.schema, self.settings)
         has_cache = redis_url is not None or redis is not None
         self._cache = RedisStateCache(self.cache_prefix, self.cache_ttl, redis_url, redis) if has_cache else None
-        # The run's first reads, made in its run lock's round trip (see arun_lock), until used.
-        self._first_reads = FirstReadsWithLock()
+        self._first_reads = FirstReadsWithLock()  # the run's first reads, made with its run lock, until used
         # Rendered once to plain strings (the schema is a validated identifier): psycopg caches the parsing of
         # str queries, while a sql.Composed is converted again on every call.
         self._q = {
@@ -115,8 +114,7 @@ class PgCheckpointer(BaseCheckpointer):
         self._locks = PgRunLocks(self)  # the run locks this process holds (pg_run_lock.py)
 
     def __repr__(self) -> str:
-        cache = " +redis" if self._cache is not None else ""
-        return f"PgCheckpointer(schema={self.schema!r}{cache})"
+        return f"PgCheckpointer(schema={self.schema!r}{' +redis' if self._cache is not None else ''})"
 
     @property
     def has_cache(self) -> bool:
@@ -145,14 +143,10 @@ class PgCheckpointer(BaseCheckpointer):
     async def _on_thread(
         self, thread_id: str, what: str, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
     ) -> T:
-        """Run *op* for *thread_id*: on the connection holding the thread's run lock when this process holds it
-        (if that connection dies, the lock is taken again on a new one while the lease is still this run's, and
-        *op* runs again there; else the run stops with :class:`RunLockLostError`), else on the pool with
-        retries."""
+        """Run *op* for *thread_id* on its run lock's connection while this process holds it (a dead one is
+        replaced while the lease is the run's, else :class:`RunLockLostError`), else on the pool, with retries."""
         held = await self._locks.run(thread_id, what, op)
-        if not isinstance(held, NotHeld):
-            return held
-        return await self._retrying(what, op)
+        return held if not isinstance(held, NotHeld) else await self._retrying(what, op)
 
     async def asetup(self) -> None:
         """Create or migrate the schema. Idempotent; safe to call from several processes at once."""
@@ -161,8 +155,6 @@ class PgCheckpointer(BaseCheckpointer):
             await self._pool.setup(pool)
 
     def setup(self) -> None:
-        from tenxgraph.utils.sync import run_sync
-
         run_sync(self.asetup())
 
     # -- thread state -----------------------------------------------------------------------------------
@@ -267,6 +259,8 @@ class PgCheckpointer(BaseCheckpointer):
         check_thread_id(thread_id)
         if not keys:
             return {}
+        if (pre := self._first_reads.ledger(thread_id, keys)) is not None:  # read behind the lock (a Resume's)
+            return pre
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> dict[str, dict[str, JSON]]:
             cur = await conn.execute(self._q["get_results"], (thread_id, list(keys)))
@@ -308,6 +302,7 @@ class PgCheckpointer(BaseCheckpointer):
     ) -> list[bool | SerializationError]:
         """One statement (one commit) for the whole group; idempotent, so a retry cannot write twice."""
         check_thread_id(thread_id)
+        self._first_reads.forget(thread_id)  # (a ledger read made with the lock is older than this write)
         out, texts = encode_group(records)
         if not texts:
             return out
@@ -327,6 +322,7 @@ class PgCheckpointer(BaseCheckpointer):
 
     async def _put_ledger(self, query: str, thread_id: str, key: str, text: str) -> bool:
         check_thread_id(thread_id)
+        self._first_reads.forget(thread_id)
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(self._q[query], (thread_id, key, text))
@@ -426,6 +422,9 @@ class PgCheckpointer(BaseCheckpointer):
         """A new thread's start goes in the lock's round trip, under this run's lease (:mod:`.pg_first_reads`)."""
         sql = dumps(values, f"state of thread {thread_id!r}"), json_rows("id", "data", encode_messages(new_messages))
         self._first_reads.plan_start(thread_id, values, new_messages, sql)
+
+    def read_ledger_with_lock(self, thread_id: str, keys: Sequence[str]) -> None:
+        self._first_reads.plan_ledger(thread_id, keys)  # (behind the lock, in its round trip: .pg_first_reads)
 
     def holds_thread(self, thread_id: str) -> bool:
         """Whether a run of this checkpointer holds *thread_id*'s lease right now (taken, not yet released: a
