@@ -222,3 +222,24 @@ def test_a_database_on_a_network_file_system_is_warned_about(
         local.get_thread("t")
     local.close()
     assert not any("network file system" in r.getMessage() for r in caplog.records)
+
+
+def test_opening_a_connection_to_a_current_database_waits_for_no_writer(tmp_path: Path) -> None:
+    """A worker that opens its connection while another holds the write lock reads at once (the schema check takes
+    the write lock only when a migration is due), instead of waiting out its busy timeout."""
+    import sqlite3
+
+    path = tmp_path / "state.db"
+    first = SqliteCheckpointer(path)
+    first.put_thread("t", {"n": 1}, expected_version=0)
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another process's long write transaction
+    second = SqliteCheckpointer(path, timeout=0.2)
+    try:
+        snap = second.get_thread("t")
+        assert snap is not None and snap.values == {"n": 1}
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+        second.close()
+        first.close()

@@ -116,12 +116,13 @@ class SqliteCheckpointer(BaseCheckpointer):
         self._enter_wal(conn)
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-        with _transaction(conn):
-            current = conn.execute("PRAGMA user_version").fetchone()[0]
-            for version, statements in migration_plan(current, MIGRATIONS, str(self.path)):
-                for statement in statements:
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version={version}")
+        if conn.execute("PRAGMA user_version").fetchone()[0] != max(MIGRATIONS):  # (else no write lock is taken)
+            with _transaction(conn):
+                current = conn.execute("PRAGMA user_version").fetchone()[0]
+                for version, statements in migration_plan(current, MIGRATIONS, str(self.path)):
+                    for statement in statements:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version={version}")
         if self.on_connect is not None:
             self.on_connect(conn)
         self._conn, self._pid = conn, os.getpid()
