@@ -1,6 +1,7 @@
 """The run lock's part of the checkpointer contract (:class:`.conformance.CheckpointerConformance` inherits it):
 one run per thread, released when the run ends or fails, and held across a blip of what holds it (a dropped
-connection, a removed lock file) and past its lease while its run lives.
+connection, a removed lock file) and past its lease while its run lives; what the run loop's hints let a backend
+read and write in the lock's round trip is what the run would read and write without them.
 
 A backend whose lock can be lost while its process lives overrides the ``second_worker`` fixture (a checkpointer
 on the same storage, as another worker would open it), the ``blip`` fixture, and ``lease_s``."""
@@ -14,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.state.messages import Message
+from tenxgraph.storage.checkpointer.base import BaseCheckpointer, hold_run_lock
 from tenxgraph.utils.errors import ThreadBusyError
 from tenxgraph.utils.sync import run_sync
 
@@ -123,5 +125,36 @@ class RunLockConformance:
                 with pytest.raises(ThreadBusyError):
                     async with second_worker.arun_lock(tid):
                         pass
+
+        run_sync(main())
+
+    # -- what goes with the lock ------------------------------------------------------------------------
+    def test_what_a_run_sends_with_its_lock_reads_and_writes_as_without_it(
+        self, checkpointer: BaseCheckpointer, second_worker: BaseCheckpointer
+    ) -> None:
+        """``hold_run_lock``'s hints (a new thread's start, the messages after a number, a Resume's ledger keys)
+        may let a backend read and write in the lock's own round trip: the run's reads and writes answer as they
+        would without them, and a record written after the lock's read is seen by the next read."""
+        tid = new_thread_id()
+        hello = Message.user("hello", message_id="m1")
+        yes: dict[str, Any] = {"kind": "decision", "value": True}
+
+        async def main() -> None:
+            async with hold_run_lock(checkpointer, tid, None, start=({"n": 1}, [hello])):
+                assert await checkpointer.aget_thread(tid) is None
+                assert await checkpointer.aput_thread(tid, {"n": 1}, expected_version=0, new_messages=[hello]) == 1
+            await second_worker.aput_tool_result(tid, "decision:a", yes)
+            keys = ["decision:a", "decision:b"]
+            async with hold_run_lock(checkpointer, tid, None, messages_after=0, ledger_keys=keys):
+                snap = await checkpointer.aget_thread(tid)
+                assert snap is not None and (snap.version, snap.values) == (1, {"n": 1})
+                after = await checkpointer.alist_messages_after(tid, 0)
+                assert after is not None and [m.message_id for _, m in after.rows] == ["m1"]
+                assert await checkpointer.aget_tool_results(tid, keys) == {"decision:a": yes}
+                assert await checkpointer.aput_tool_results(tid, [("decision:b", yes)]) == [True]
+                assert await checkpointer.aget_tool_results(tid, keys) == {"decision:a": yes, "decision:b": yes}
+            async with hold_run_lock(checkpointer, tid, None, ledger_keys=["decision:c"]):
+                await checkpointer.aput_tool_result(tid, "decision:c", yes)  # written before the run's first read
+                assert await checkpointer.aget_tool_results(tid, ["decision:c"]) == {"decision:c": yes}
 
         run_sync(main())
