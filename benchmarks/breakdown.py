@@ -2,6 +2,10 @@
 
 - ``hop``: one tool call's run in memory with a plain-function tool (a worker-thread hop per call) and with an
   ``async def`` tool, interleaved.
+- ``levers``: the refund run in memory as ``make bench`` times it (``invoke``: a hop to the sync wrappers' loop
+  thread, plain-function tools in worker threads, node and tool timeouts), against the same run with one of those
+  taken away at a time: ``ainvoke`` on the caller's loop, ``async def`` tools, no timeouts (``node_timeout`` and
+  ``tool_timeout`` None), and all three; interleaved, median ms and the share of the base each saves.
 - ``sigkill``: a SIGKILL cell of the crash matrix on SQLite, split into the fork, the child's run to its crash
   point and its death (until the parent has reaped it), and the resume in the parent.
 
@@ -21,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks import scenario
+from benchmarks.bench import compare
 from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 
@@ -55,6 +61,50 @@ def hop(runs: int) -> dict[str, float]:
         return {name: round(statistics.median(values), 3) for name, values in times.items()}
 
     return asyncio.run(measure())
+
+
+async def alookup_order(order_id: str) -> str:
+    """Look up an order."""
+    return scenario.lookup_order(order_id)
+
+
+async def arefund_order(order_id: str) -> str:
+    """Refund an order."""
+    return scenario.refund_order(order_id)
+
+
+def levers(runs: int) -> dict[str, Any]:
+    """The refund run in memory, base and without each lever (see the module's docstring)."""
+    script: list[Reply | str] = [
+        Reply(tool_calls=[("lookup_order", {"order_id": "1042"}), ("refund_order", {"order_id": "1042"})]),
+        "Refunded 20.00 EUR on order 1042.",
+    ]
+
+    def app(tools: list[Callable[..., Any]]) -> Any:
+        return ReactAgent(ScriptedModel(script), tools=tools).compile(checkpointer=InMemoryCheckpointer())
+
+    plain, coroutines = app([scenario.lookup_order, scenario.refund_order]), app([alookup_order, arefund_order])
+    untimed = {"node_timeout": None, "tool_timeout": None}
+
+    def sync(graph: Any, extra: dict[str, Any]) -> Callable[[], Any]:
+        return lambda: graph.invoke(scenario.tenxgraph_input(), {"thread_id": uuid.uuid4().hex, **extra})
+
+    def on_loop(graph: Any, extra: dict[str, Any]) -> Callable[[], Any]:
+        loop = asyncio.new_event_loop()  # (the caller's own loop, kept for every run, as an async caller's is)
+        return lambda: loop.run_until_complete(
+            graph.ainvoke(scenario.tenxgraph_input(), {"thread_id": uuid.uuid4().hex, **extra})
+        )
+
+    variants = {
+        "base (invoke)": sync(plain, {}),
+        "ainvoke": on_loop(plain, {}),
+        "async def tools": sync(coroutines, {}),
+        "no timeouts": sync(plain, untimed),
+        "all three": on_loop(coroutines, untimed),
+    }
+    times = compare(variants, runs, 50)
+    base = times["base (invoke)"]["median_ms"]
+    return {name: (t["median_ms"], round(1 - t["median_ms"] / base, 3)) for name, t in times.items()}
 
 
 def sigkill(cells: int) -> dict[str, float]:
@@ -98,6 +148,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average at start {os.getloadavg()[0]:.2f}, {os.cpu_count()} cpus")
     print("one call's run in memory (median ms):", hop(args.runs))
+    print("the refund run in memory (median ms, share of the base saved):", levers(args.runs))
     print("a SIGKILL cell on SQLite (median ms):", sigkill(args.cells))
 
 
