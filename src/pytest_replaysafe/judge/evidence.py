@@ -13,7 +13,7 @@ import json
 import os
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -95,12 +95,15 @@ def body_runs(entries: list[Entry], by_key: bool = False) -> Counter[str]:
     return +runs
 
 
+_ENTRY_FIELDS = tuple(f.name for f in fields(Entry))  # (every one a scalar: no deep copy to make)
+
+
 class ExecutionLog:
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def write(self, entry: Entry) -> None:
-        row = {k: v for k, v in asdict(entry).items() if v not in (None, False)}
+        row = {k: v for k in _ENTRY_FIELDS if (v := getattr(entry, k)) not in (None, False)}
         row.setdefault("t", round(time.monotonic(), 6))
         line = json.dumps(row)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
