@@ -5,17 +5,20 @@ harness. The ledger calls these; they never call back into it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tenxgraph.core.tools.context import ToolCallInfo
 from tenxgraph.utils import instrument
+from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.instrument import CompletionOrder, Instrument
 
 __all__ = [
     "BatchTurns",
     "CompletionOrder",
+    "HandedOverTurns",
     "ToolEvent",
     "ToolObserver",
     "add_tool_observer",
@@ -92,10 +95,16 @@ def finish_turn(turns: BatchTurns | None, index: int) -> None:
         turns.finish(index)
 
 
-def batch_turns(calls: list[ToolCallInfo]) -> BatchTurns | None:
-    """The completion order of a batch of parallel calls, if an instrument installs one (else None)."""
+log = logging.getLogger(LOGGER_NAME)
+
+
+def batch_turns(calls: list[ToolCallInfo], patience: float | None = None) -> BatchTurns | None:
+    """The completion order of a batch of parallel calls, if an instrument installs one (else None); *patience*:
+    the calls are handed over one by one by a framework (:class:`HandedOverTurns`)."""
     order = instrument.completion_order()
-    return BatchTurns(order(calls)) if order is not None and len(calls) > 1 else None
+    if order is None or len(calls) < 2:
+        return None
+    return BatchTurns(order(calls)) if patience is None else HandedOverTurns(order(calls), patience)
 
 
 class BatchTurns:
@@ -122,6 +131,12 @@ class BatchTurns:
         self._release_when_complete(own)
         await go
 
+    def start(self, index: int) -> None:
+        """Call *index* came in (all of a batch do at once here; see :class:`HandedOverTurns`)."""
+
+    def abandon(self, crash: BaseException) -> None:
+        """A call of the batch crashed (its siblings are cancelled with it here; see :class:`HandedOverTurns`)."""
+
     def finish(self, index: int) -> None:
         self._arrived.add(index)  # (a call answered without running never waits: its group must not wait for it)
         self.done[index].set()
@@ -138,4 +153,79 @@ class BatchTurns:
         for index in group:  # wake-ups run in this order, each call up to its record write
             go = self._go.get(index)
             if go is not None and not go.done():
+                go.set_result(None)
+
+
+class HandedOverTurns(BatchTurns):
+    """The completion order of one assistant message's calls when a framework hands them over one by one (LangGraph's
+    ``ToolNode`` through ``ReplaySafeToolNode``, each call from a thread of its own). Each call says when it comes
+    in (:meth:`start`). A call still waited for that has not come in within *patience* seconds (the framework runs
+    fewer calls at once than the message has, or sends one elsewhere) ends the order for the batch, with a WARNING,
+    rather than holding its siblings forever; a crash in one call (:meth:`abandon`) ends it with that crash in every
+    call still waiting, so that none records after it, as none would in a process that died there."""
+
+    def __init__(self, order: Sequence[int | Sequence[int]], patience: float) -> None:
+        super().__init__(order)
+        self.patience = patience
+        self.started = {index: asyncio.Event() for index in self.group_of}
+        self.crash: BaseException | None = None
+        self.ended = False
+
+    def start(self, index: int) -> None:
+        if index in self.started:
+            self.started[index].set()
+
+    async def wait(self, index: int) -> None:
+        own = self.group_of[index]
+        for n, group in enumerate(self.groups[: own + 1]):
+            for other in group:
+                if other != index and not await self._came_in(other):
+                    return
+                if n < own:
+                    await self.done[other].wait()
+                if self._over():
+                    return
+        go = self._go[index] = asyncio.get_running_loop().create_future()
+        self._arrived.add(index)
+        self._release_when_complete(own)
+        if not self.ended:  # (else nothing is held any more)
+            await go
+        self._over()
+
+    @property
+    def complete(self) -> bool:
+        """Every call of the batch has passed (or the order is over)."""
+        return self.ended or all(event.is_set() for event in self.done.values())
+
+    def abandon(self, crash: BaseException) -> None:
+        """A call crashed: every call still waiting for its turn raises *crash* (and the order is over: a resume
+        makes an order of its own)."""
+        self.crash = self.crash or crash
+        self._end()
+
+    async def _came_in(self, index: int) -> bool:
+        try:
+            await asyncio.wait_for(self.started[index].wait(), self.patience)
+        except TimeoutError:
+            if not self.ended:
+                log.warning(
+                    "the completion order of a batch was not kept: call %d did not come in within %gs (the framework "
+                    "ran fewer calls at once than the batch has); its siblings pass as they return", index,
+                    self.patience,
+                )  # fmt: skip
+                self._end()
+            return False
+        return True
+
+    def _over(self) -> bool:
+        if self.crash is not None:
+            raise self.crash
+        return self.ended
+
+    def _end(self) -> None:
+        self.ended = True
+        for event in (*self.started.values(), *self.done.values()):  # nothing waits for anything any more
+            event.set()
+        for go in self._go.values():
+            if not go.done():
                 go.set_result(None)

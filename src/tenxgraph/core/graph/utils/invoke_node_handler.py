@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from tenxgraph.core.crashpoints import crash_point
+from tenxgraph.core.crashpoints import CrashInjected, crash_point
 from tenxgraph.core.graph.utils.approvals import attempt_of, check_approvals
 from tenxgraph.core.graph.utils.in_doubt import resolve_in_doubt, write_intent
 from tenxgraph.core.graph.utils.instrument import BatchTurns, batch_turns, finish_turn, notify, wait_turn
@@ -241,22 +241,34 @@ async def invoke_tool_call(
     *,
     tool_timeout: float | None = TOOL_TIMEOUT,
     records: RecordBatch | None = None,
+    turns: BatchTurns | None = None,
 ) -> ToolExecution:
     """Steps 1 to 4 for the one call at *index* of *message*, for a framework that runs each call of a message on
     its own (LangGraph's ``ToolNode`` calls its ``wrap_tool_call`` once per call, concurrently): its record is
     replayed, or the tool runs and its record is written as it returns. Parallel calls each come through here, so
     each is read and run on its own (no completion order); *records*, shared by the message's calls, writes those
-    that return together in one group (else each is written alone)."""
-    crash_point("tool.before_ledger_read")
-    (call,) = ledger_calls(message, tools, thread_id, only=index)
-    batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools), records=records)
-    record = (await _read_ledger(batch, [call])).get(call.key) if call.key is not None else None
-    if record is not None and call.key is not None and record.get("kind") != "intent":
-        emit_event("tool_replayed", logging.INFO, thread_id=thread_id, tool=call.name, key=call.key)
-        return decode_record(call.block, call.key, record)
-    call = replace(call, in_doubt=record is not None)
-    await _write_intents(batch, [call])
-    if isinstance(execution := await _run_one(batch, call), GraphInterrupt):
+    that return together in one group (else each is written alone); *turns*, shared too, is their completion
+    order under a test harness (:class:`HandedOverTurns`: a crash here ends it for the siblings)."""
+    if turns is not None:
+        turns.start(index)
+    try:
+        crash_point("tool.before_ledger_read")
+        (call,) = ledger_calls(message, tools, thread_id, only=index)
+        batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools), records=records, turns=turns)
+        record = (await _read_ledger(batch, [call])).get(call.key) if call.key is not None else None
+        if record is not None and call.key is not None and record.get("kind") != "intent":
+            emit_event("tool_replayed", logging.INFO, thread_id=thread_id, tool=call.name, key=call.key)
+            finish_turn(turns, index)
+            return decode_record(call.block, call.key, record)
+        call = replace(call, in_doubt=record is not None)
+        await _write_intents(batch, [call])
+        execution = await _run_one(batch, call)
+    except BaseException as exc:
+        if isinstance(exc, CrashInjected) and turns is not None:
+            turns.abandon(exc)  # the process died here: no sibling records after it
+        finish_turn(turns, index)  # (else its siblings would wait for it)
+        raise
+    if isinstance(execution, GraphInterrupt):
         raise execution  # (a body's interrupt(): LangGraph's own pass through its wrapper unrecorded)
     return execution
 
