@@ -230,3 +230,157 @@ def test_replay_safe_tool_node_records_siblings_that_return_together_in_one_writ
     asyncio.run(app.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync"))
     assert ledger.writes == [4]  # one write for the four (one each before the group commit)
     assert len(ledger.inner.list_tool_results("t")) == 4
+
+
+class KeyOrder(DelegatingCheckpointer):
+    """Logs the keys of each ledger write, in the order the writes come."""
+
+    def __init__(self, inner: BaseCheckpointer) -> None:
+        super().__init__(inner)
+        self.keys: list[list[str]] = []
+
+    async def aput_tool_results(
+        self, thread_id: str, records: Sequence[tuple[str, dict[str, JSON]]]
+    ) -> list[bool | SerializationError]:
+        self.keys.append([key for key, _ in records])
+        return await self.inner.aput_tool_results(thread_id, records)
+
+    async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        self.keys.append([key])
+        return await super().aput_tool_result(thread_id, key, record)
+
+
+@pytest.mark.parametrize("order", [[2, 0, 1], [[0, 1, 2]]])
+def test_replay_safe_tool_nodes_calls_are_recorded_in_the_harness_order_whatever_their_return_order(
+    order: list[int | list[int]],
+) -> None:
+    """Under a completion order (the crash-matrix harness's), the calls LangGraph hands over one by one from its
+    threads (sync ``invoke``) pass from return to record in that order, one at a time or as one group, even when
+    they return in another (call 0 returns first, call 2 last here): so which siblings were recorded when a crash
+    fires is the seed's doing, not the threads'."""
+    pytest.importorskip("langgraph")
+    import time
+
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from benchmarks.bench import langgraph_react
+    from tenxgraph.core.graph.utils.instrument import set_completion_order
+    from tenxgraph.integrations.langgraph import ReplaySafeToolNode
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    def fetch(item: int) -> str:
+        """Fetch an item."""
+        time.sleep(0.02 * item)  # call 0 returns first, call 2 last
+        return f"item {item}"
+
+    def model(state: dict[str, object]) -> dict[str, object]:
+        if not any(isinstance(m, AIMessage) for m in state["messages"]):  # type: ignore[attr-defined]
+            calls = [{"name": "fetch", "args": {"item": i}, "id": f"c{i}", "type": "tool_call"} for i in range(3)]
+            return {"messages": [AIMessage(content="", tool_calls=calls)]}
+        return {"messages": [AIMessage(content="done")]}
+
+    ledger = KeyOrder(InMemoryCheckpointer())
+    app = langgraph_react(InMemorySaver(), model, [], ReplaySafeToolNode([tool(fetch)], ledger=ledger))
+    batches: list[list[int]] = []
+    remove = set_completion_order(lambda calls: batches.append([c.index for c in calls]) or order)
+    try:
+        app.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t"}}, durability="sync")
+    finally:
+        remove()
+    assert batches == [[0, 1, 2]]  # the order was asked once, for the message's three calls
+    index = {f"{key.split(':')[-1]}": key for keys in ledger.keys for key in keys}
+    written = [[k.split(":")[-1] for k in keys] for keys in ledger.keys]
+    assert len(index) == 3
+    assert written == ([["c2"], ["c0"], ["c1"]] if order == [2, 0, 1] else [["c0", "c1", "c2"]])
+
+
+def test_handed_over_turns_end_for_a_call_never_handed_over_and_with_a_crash(caplog: pytest.LogCaptureFixture) -> None:
+    """A call still waited for that never comes in ends the order after the patience (a WARNING; the waiting call
+    passes, nothing hangs); a crash in one call makes every call still waiting raise it (none records after it)."""
+    import logging
+
+    from tenxgraph.core.crashpoints import CrashInjected
+    from tenxgraph.core.graph.utils.instrument import HandedOverTurns
+
+    async def main() -> None:
+        late = HandedOverTurns([0, 1], patience=0.05)
+        late.start(1)
+        with caplog.at_level(logging.WARNING):
+            await asyncio.wait_for(late.wait(1), 5)  # call 0 never came: call 1 passes after the patience
+        assert late.ended and "call 0 did not come in" in caplog.text
+
+        crashed = HandedOverTurns([0, 1, 2], patience=5)
+        for index in range(3):
+            crashed.start(index)
+        waiting = [asyncio.ensure_future(crashed.wait(i)) for i in (1, 2)]
+        await asyncio.sleep(0.01)
+        assert not any(w.done() for w in waiting)  # held behind call 0
+        crash = CrashInjected("tool.after_return", 1)
+        crashed.abandon(crash)
+        for w in waiting:
+            with pytest.raises(CrashInjected):
+                await w
+        assert crashed.complete
+
+    asyncio.run(main())
+
+
+def test_a_call_answered_from_the_ledger_at_once_does_not_end_its_siblings_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A resumed tool node: call 0 is answered from its record at once, before LangGraph hands its siblings over
+    (``max_concurrency=1``: one call at a time). The message's order is held until every call has passed, so the
+    siblings still find it and pass at once (no wait for a call that already came and went, no WARNING)."""
+    pytest.importorskip("langgraph")
+    import logging
+    import time
+
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from benchmarks.bench import langgraph_react
+    from tenxgraph.core.graph.utils.instrument import set_completion_order
+    from tenxgraph.integrations.langgraph import ReplaySafeToolNode
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    class Boom(BaseException):
+        """The process dies in the bodies of calls 1 and 2 (the first run)."""
+
+    first_run = [True]
+
+    def fetch(item: int) -> str:
+        """Fetch an item."""
+        if item > 0 and first_run[0]:
+            time.sleep(0.05)  # (call 0 is recorded by then)
+            raise Boom()
+        time.sleep(0.01 * item)
+        return f"item {item}"
+
+    def model(state: dict[str, object]) -> dict[str, object]:
+        if not any(isinstance(m, AIMessage) for m in state["messages"]):  # type: ignore[attr-defined]
+            calls = [{"name": "fetch", "args": {"item": i}, "id": f"c{i}", "type": "tool_call"} for i in range(3)]
+            return {"messages": [AIMessage(content="", tool_calls=calls)]}
+        return {"messages": [AIMessage(content="done")]}
+
+    ledger = KeyOrder(InMemoryCheckpointer())
+    app = langgraph_react(InMemorySaver(), model, [], ReplaySafeToolNode([tool(fetch)], ledger=ledger))
+    config = {"configurable": {"thread_id": "t"}}
+    with pytest.raises(Boom):
+        app.invoke({"messages": [HumanMessage("go")]}, config, durability="sync")
+    assert any(k.endswith(":c0") for keys in ledger.keys for k in keys)
+    first_run[0] = False
+    ledger.keys.clear()
+    remove = set_completion_order(lambda calls: [0, 1, 2])
+    started = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING):
+            app.invoke(None, {**config, "max_concurrency": 1}, durability="sync")
+    finally:
+        remove()
+    assert time.monotonic() - started < 2.5  # (a lost order would hold the siblings 5 s for call 0)
+    assert "did not come in" not in caplog.text
+    written = [k.split(":")[-1] for keys in ledger.keys for k in keys]
+    assert written == ["c1", "c2"]

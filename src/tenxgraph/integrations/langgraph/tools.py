@@ -11,7 +11,7 @@ calls the ledger component (:func:`~tenxgraph.core.graph.utils.invoke_node_handl
 - the tool: LangGraph's ``execute(request)``, which validates, injects state and runs the real tool; its
   ``ToolMessage`` (content and status) is recorded as soon as it returns, before its siblings finish (siblings
   that return together are recorded in one write, the group commit of our own tool node: one ``RecordBatch`` per
-  ``AIMessage`` and event loop, alive while a call of it is);
+  ``AIMessage`` and event loop, alive while a call of it is: :mod:`.siblings`);
 - the effect class, in-doubt policy and ``reconcile`` function of each tool, given by name to the constructor or
   in the tool's ``metadata`` (``{"effect": "read"}``, or the MCP annotations ``langchain-mcp-adapters`` puts there:
   ``{"readOnlyHint": true, ...}``), with the same meaning and checks as ``@tool(...)``; the
@@ -25,11 +25,8 @@ call is answered with an error naming it, recorded, and never runs again; see do
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import threading
-import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
@@ -40,17 +37,15 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from tenxgraph.core.graph.utils.instrument import BatchTurns, HandedOverTurns, batch_turns
 from tenxgraph.core.graph.utils.invoke_node_handler import invoke_tool_call
 from tenxgraph.core.graph.utils.ledger_record import ToolExecution, result_message_id
-from tenxgraph.core.graph.utils.record_batch import RecordBatch
-from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call
+from tenxgraph.core.tools.context import current_tool_call
 from tenxgraph.core.tools.effects import Effect, effect_from_hints
 from tenxgraph.core.tools.tool import Reconcile, Tool, ToolOutput, check_policy
 from tenxgraph.integrations.langgraph.messages import assistant_message, find_call, messages_of
-from tenxgraph.state.messages import JSON, Message
+from tenxgraph.integrations.langgraph.siblings import SiblingGroups
+from tenxgraph.state.messages import JSON
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
-from tenxgraph.utils import instrument
 from tenxgraph.utils.constants import LOGGER_NAME, TOOL_TIMEOUT
 from tenxgraph.utils.errors import ConfigError
 from tenxgraph.utils.sync import run_sync, to_thread
@@ -112,12 +107,7 @@ class ReplaySafeToolCalls:
         self.reconcile = dict(reconcile or {})
         self.messages_key = messages_key
         self._durability_warned = False
-        # The group commit (and the harness's completion order) of each AIMessage's calls under way, per event loop.
-        self._groups: weakref.WeakValueDictionary[tuple[int, str, str], _Siblings] = weakref.WeakValueDictionary()
-        self._groups_lock = threading.Lock()
-        # Under a harness's completion order, the groups held until each of their calls has come and gone: a call
-        # answered from the ledger at once must not take its siblings' order with it.
-        self._ordered: dict[tuple[int, str, str], _Siblings] = {}
+        self._siblings = SiblingGroups(ledger)  # what each AIMessage's calls under way share (siblings.py)
 
     def check(self, tools: Sequence[BaseTool]) -> None:
         """Check every tool's effect class and in-doubt policy now (a ``ConfigError`` naming the tool)."""
@@ -155,7 +145,7 @@ class ReplaySafeToolCalls:
         fresh: list[Result] = []  # what LangGraph's execute returned, when the tool ran here
         tool = self._ledger_tool(request, execute, fresh)
         message = assistant_message(ai)
-        group = self._group(thread_id, message)
+        group = self._siblings.join(thread_id, message)
         try:
             execution = await invoke_tool_call(
                 message, index, {tool.name: tool}, self.ledger, thread_id, tool_timeout=self.tool_timeout,
@@ -164,29 +154,8 @@ class ReplaySafeToolCalls:
         except _Bubble as bubble:  # nothing is recorded: LangGraph runs the tool again when the run resumes
             raise bubble.inner from None
         finally:
-            if isinstance(group.turns, HandedOverTurns) and group.turns.complete:
-                with self._groups_lock:
-                    self._ordered.pop(group.key, None)
+            self._siblings.passed(group)
         return _answer(execution, call, fresh)
-
-    def _group(self, thread_id: str, message: Message) -> _Siblings:
-        """The group commit of *message*'s calls on this event loop: siblings that return together are recorded in
-        one write; under a test harness, their completion order too. Kept while a call holds it (LangGraph hands the
-        calls over one by one, from its threads)."""
-        key = (id(asyncio.get_running_loop()), thread_id, message.message_id)
-        with self._groups_lock:
-            group = self._ordered.get(key) or self._groups.get(key)
-            if group is None or (isinstance(group.turns, HandedOverTurns) and group.turns.ended):  # (a crashed run's)
-                turns = None
-                if instrument.completion_order() is not None:  # (a test harness orders the siblings' returns)
-                    calls = [ToolCallInfo(thread_id, message.message_id, c.id, c.name, i, None) for i, c in enumerate(
-                        message.tool_calls
-                    )]  # fmt: skip
-                    turns = batch_turns(calls, patience=TURN_PATIENCE_S)
-                group = self._groups[key] = _Siblings(key, RecordBatch(self.ledger, thread_id), turns)
-                if turns is not None:
-                    self._ordered[key] = group
-            return group
 
     def _check_durability(self, request: ToolCallRequest, thread_id: str) -> None:
         """The first time a run's durability is not ``"sync"``, a WARNING. With LangGraph's default
@@ -313,18 +282,6 @@ def _aouter(
         return await calls.awrap_tool_call(request, lambda req: ainner(req, execute))
 
     return wrapped
-
-
-#: Under a test harness's completion order: how long a call waits for a sibling LangGraph has not handed over yet
-#: before the order is given up for the batch (LangGraph runs at most its executor's workers at once).
-TURN_PATIENCE_S = 5.0
-
-
-class _Siblings:
-    """What the calls of one AIMessage share: their group commit, and their completion order under a harness."""
-
-    def __init__(self, key: tuple[int, str, str], records: RecordBatch, turns: BatchTurns | None) -> None:
-        self.key, self.records, self.turns = key, records, turns
 
 
 class _Bubble(BaseException):
