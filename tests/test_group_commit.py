@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -194,16 +195,31 @@ def test_a_group_write_answered_with_no_outcome_per_record_fails_every_sibling_n
     assert "Mute.aput_tool_results answered None for 3 records" in str(outcomes[0])
 
 
-def test_replay_safe_tool_node_records_siblings_that_return_together_in_one_write(tmp_path: object) -> None:
-    """LangGraph's ToolNode hands each call to the wrapper on its own; siblings that return together still share
-    one write (async tools under ``ainvoke``: they return in the same turn of the loop), and each is recorded."""
-    pytest.importorskip("langgraph")
-    from langchain_core.messages import AIMessage, HumanMessage
+def fetch_agent(ledger: BaseCheckpointer, fetch: object, calls: int) -> object:
+    """LangGraph's agent (``StateGraph`` + ``ReplaySafeToolNode`` over *ledger*, ``InMemorySaver``) whose model asks
+    for *calls* parallel ``fetch(item=i)`` calls (ids ``c0``, ``c1``...), then answers."""
+    from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
     from langgraph.checkpoint.memory import InMemorySaver
 
     from benchmarks.bench import langgraph_react
     from tenxgraph.integrations.langgraph import ReplaySafeToolNode
+
+    def model(state: dict[str, object]) -> dict[str, object]:
+        if not any(isinstance(m, AIMessage) for m in state["messages"]):  # type: ignore[attr-defined]
+            asked = [{"name": "fetch", "args": {"item": i}, "id": f"c{i}", "type": "tool_call"} for i in range(calls)]
+            return {"messages": [AIMessage(content="", tool_calls=asked)]}
+        return {"messages": [AIMessage(content="done")]}
+
+    return langgraph_react(InMemorySaver(), model, [], ReplaySafeToolNode([tool(fetch)], ledger=ledger))
+
+
+def test_replay_safe_tool_node_records_siblings_that_return_together_in_one_write(tmp_path: object) -> None:
+    """LangGraph's ToolNode hands each call to the wrapper on its own; siblings that return together still share
+    one write (async tools under ``ainvoke``: they return in the same turn of the loop), and each is recorded."""
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import HumanMessage
+
     from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 
     everyone = asyncio.Event()
@@ -218,14 +234,8 @@ def test_replay_safe_tool_node_records_siblings_that_return_together_in_one_writ
         await everyone.wait()
         return f"item {item}"
 
-    def model(state: dict[str, object]) -> dict[str, object]:
-        if not any(isinstance(m, AIMessage) for m in state["messages"]):  # type: ignore[attr-defined]
-            calls = [{"name": "fetch", "args": {"item": i}, "id": f"c{i}", "type": "tool_call"} for i in range(4)]
-            return {"messages": [AIMessage(content="", tool_calls=calls)]}
-        return {"messages": [AIMessage(content="done")]}
-
     ledger = CountingWrites(InMemoryCheckpointer())
-    app = langgraph_react(InMemorySaver(), model, [], ReplaySafeToolNode([tool(fetch)], ledger=ledger))
+    app: Any = fetch_agent(ledger, fetch, 4)
     config = {"configurable": {"thread_id": "t"}}
     asyncio.run(app.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync"))
     assert ledger.writes == [4]  # one write for the four (one each before the group commit)
@@ -261,13 +271,9 @@ def test_replay_safe_tool_nodes_calls_are_recorded_in_the_harness_order_whatever
     pytest.importorskip("langgraph")
     import time
 
-    from langchain_core.messages import AIMessage, HumanMessage
-    from langchain_core.tools import tool
-    from langgraph.checkpoint.memory import InMemorySaver
+    from langchain_core.messages import HumanMessage
 
-    from benchmarks.bench import langgraph_react
     from tenxgraph.core.graph.utils.instrument import set_completion_order
-    from tenxgraph.integrations.langgraph import ReplaySafeToolNode
     from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 
     def fetch(item: int) -> str:
@@ -275,14 +281,8 @@ def test_replay_safe_tool_nodes_calls_are_recorded_in_the_harness_order_whatever
         time.sleep(0.02 * item)  # call 0 returns first, call 2 last
         return f"item {item}"
 
-    def model(state: dict[str, object]) -> dict[str, object]:
-        if not any(isinstance(m, AIMessage) for m in state["messages"]):  # type: ignore[attr-defined]
-            calls = [{"name": "fetch", "args": {"item": i}, "id": f"c{i}", "type": "tool_call"} for i in range(3)]
-            return {"messages": [AIMessage(content="", tool_calls=calls)]}
-        return {"messages": [AIMessage(content="done")]}
-
     ledger = KeyOrder(InMemoryCheckpointer())
-    app = langgraph_react(InMemorySaver(), model, [], ReplaySafeToolNode([tool(fetch)], ledger=ledger))
+    app: Any = fetch_agent(ledger, fetch, 3)
     batches: list[list[int]] = []
     remove = set_completion_order(lambda calls: batches.append([c.index for c in calls]) or order)
     try:
@@ -337,13 +337,9 @@ def test_a_call_answered_from_the_ledger_at_once_does_not_end_its_siblings_order
     import logging
     import time
 
-    from langchain_core.messages import AIMessage, HumanMessage
-    from langchain_core.tools import tool
-    from langgraph.checkpoint.memory import InMemorySaver
+    from langchain_core.messages import HumanMessage
 
-    from benchmarks.bench import langgraph_react
     from tenxgraph.core.graph.utils.instrument import set_completion_order
-    from tenxgraph.integrations.langgraph import ReplaySafeToolNode
     from tenxgraph.storage.checkpointer import InMemoryCheckpointer
 
     class Boom(BaseException):
@@ -359,14 +355,8 @@ def test_a_call_answered_from_the_ledger_at_once_does_not_end_its_siblings_order
         time.sleep(0.01 * item)
         return f"item {item}"
 
-    def model(state: dict[str, object]) -> dict[str, object]:
-        if not any(isinstance(m, AIMessage) for m in state["messages"]):  # type: ignore[attr-defined]
-            calls = [{"name": "fetch", "args": {"item": i}, "id": f"c{i}", "type": "tool_call"} for i in range(3)]
-            return {"messages": [AIMessage(content="", tool_calls=calls)]}
-        return {"messages": [AIMessage(content="done")]}
-
     ledger = KeyOrder(InMemoryCheckpointer())
-    app = langgraph_react(InMemorySaver(), model, [], ReplaySafeToolNode([tool(fetch)], ledger=ledger))
+    app: Any = fetch_agent(ledger, fetch, 3)
     config = {"configurable": {"thread_id": "t"}}
     with pytest.raises(Boom):
         app.invoke({"messages": [HumanMessage("go")]}, config, durability="sync")
