@@ -46,14 +46,13 @@ class Siblings:
 class SiblingGroups:
     """The groups of one ``ReplaySafeToolNode``'s calls under way."""
 
-    def __init__(self, ledger: BaseCheckpointer) -> None:
-        self.ledger = ledger
+    def __init__(self) -> None:
         self._groups: weakref.WeakValueDictionary[Key, Siblings] = weakref.WeakValueDictionary()
         self._ordered: dict[Key, Siblings] = {}  # (held until each call has passed: see the module's docstring)
         self._lock = threading.Lock()
 
-    def join(self, thread_id: str, message: Message) -> Siblings:
-        """The group of *message*'s calls on this event loop (made by its first call)."""
+    def join(self, ledger: BaseCheckpointer, thread_id: str, message: Message) -> Siblings:
+        """The group of *message*'s calls on this event loop (made by its first call, over *ledger*)."""
         key = (id(asyncio.get_running_loop()), thread_id, message.message_id)
         ordered = instrument.completion_order() is not None  # (a test harness orders the siblings' returns)
         with self._lock:
@@ -66,7 +65,7 @@ class SiblingGroups:
                         for i, c in enumerate(message.tool_calls)
                     ]
                     turns = batch_turns(calls, patience=TURN_PATIENCE_S)
-                group = self._groups[key] = Siblings(key, RecordBatch(self.ledger, thread_id), turns)
+                group = self._groups[key] = Siblings(key, RecordBatch(ledger, thread_id), turns)
                 if turns is not None:
                     self._ordered[key] = group
             return group

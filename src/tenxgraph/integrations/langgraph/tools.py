@@ -107,7 +107,7 @@ class ReplaySafeToolCalls:
         self.reconcile = dict(reconcile or {})
         self.messages_key = messages_key
         self._durability_warned = False
-        self._siblings = SiblingGroups(ledger)  # what each AIMessage's calls under way share (siblings.py)
+        self._siblings = SiblingGroups()  # what each AIMessage's calls under way share (siblings.py)
 
     def check(self, tools: Sequence[BaseTool]) -> None:
         """Check every tool's effect class and in-doubt policy now (a ``ConfigError`` naming the tool)."""
@@ -145,7 +145,7 @@ class ReplaySafeToolCalls:
         fresh: list[Result] = []  # what LangGraph's execute returned, when the tool ran here
         tool = self._ledger_tool(request, execute, fresh)
         message = assistant_message(ai)
-        group = self._siblings.join(thread_id, message)
+        group = self._siblings.join(self.ledger, thread_id, message)
         try:
             execution = await invoke_tool_call(
                 message, index, {tool.name: tool}, self.ledger, thread_id, tool_timeout=self.tool_timeout,
