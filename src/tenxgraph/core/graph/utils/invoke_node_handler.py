@@ -246,9 +246,9 @@ async def invoke_tool_call(
     """Steps 1 to 4 for the one call at *index* of *message*, for a framework that runs each call of a message on
     its own (LangGraph's ``ToolNode`` calls its ``wrap_tool_call`` once per call, concurrently): its record is
     replayed, or the tool runs and its record is written as it returns. Parallel calls each come through here, so
-    each is read and run on its own (no completion order); *records*, shared by the message's calls, writes those
-    that return together in one group (else each is written alone); *turns*, shared too, is their completion
-    order under a test harness (:class:`HandedOverTurns`: a crash here ends it for the siblings)."""
+    each is read and run on its own (in production, in no set order); *records*, shared by the message's calls,
+    writes those that return together in one group (else each is written alone); *turns*, shared too, is their
+    completion order under a test harness (:class:`HandedOverTurns`: a crash here ends it for the siblings)."""
     if turns is not None:
         turns.start(index)
     try:
