@@ -374,3 +374,28 @@ def test_a_call_answered_from_the_ledger_at_once_does_not_end_its_siblings_order
     assert "did not come in" not in caplog.text
     written = [k.split(":")[-1] for keys in ledger.keys for k in keys]
     assert written == ["c1", "c2"]
+
+
+def test_under_ainvoke_too_the_harness_order_holds_for_replay_safe_tool_node() -> None:
+    """``ainvoke``: LangGraph runs the calls as coroutines on the caller's loop (``awrap_tool_call``); they pass
+    from return to record in the harness's order all the same (call 0 returns first, the order puts it last)."""
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import HumanMessage
+
+    from tenxgraph.core.graph.utils.instrument import set_completion_order
+    from tenxgraph.storage.checkpointer import InMemoryCheckpointer
+
+    async def fetch(item: int) -> str:
+        """Fetch an item."""
+        await asyncio.sleep(0.02 * item)
+        return f"item {item}"
+
+    ledger = KeyOrder(InMemoryCheckpointer())
+    app: Any = fetch_agent(ledger, fetch, 3)
+    remove = set_completion_order(lambda calls: [2, 1, 0])
+    try:
+        config = {"configurable": {"thread_id": "t"}}
+        asyncio.run(app.ainvoke({"messages": [HumanMessage("go")]}, config, durability="sync"))
+    finally:
+        remove()
+    assert [k.split(":")[-1] for keys in ledger.keys for k in keys] == ["c2", "c1", "c0"]
