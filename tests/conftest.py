@@ -85,3 +85,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("skipped, by reason")
         for reason, n in sorted(reasons.items(), key=lambda item: -item[1]):
             terminalreporter.write_line(f"{n:4} {reason}")
+
+
+@pytest.fixture(autouse=True)
+def _pytester_keeps_addopts(request: pytest.FixtureRequest) -> None:
+    """Pytester clears ``PYTEST_ADDOPTS`` for the runs it starts; the suite's own (``make test`` turns off the
+    langsmith plugin that langgraph brings, 1-3 s a pytest start) reaches them again."""
+    addopts = os.environ.get("PYTEST_ADDOPTS")
+    if addopts and "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
+        request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", addopts)

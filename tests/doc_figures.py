@@ -1,5 +1,6 @@
 """Checks that a figure the docs print is what the docs' own command prints today (#25): run by `.ci/run` after
-that command, on its JSON report. A figure left behind by a code change fails CI, naming the new one.
+that command, on its JSON report (the LangGraph table: by tests/test_langgraph_gate.py, which runs the command in
+`make test`). A figure left behind by a code change fails CI, naming the new one.
 
     python tests/doc_figures.py depth2 crash-matrix-depth2.json
     python tests/doc_figures.py langgraph langgraph-matrix.json          # check docs/langgraph.md's table

@@ -1,5 +1,6 @@
 """Every Python code block of the README and docs/ runs, twice in a row in the same folder (a reader runs an
-example again).
+example again; a test block's second matrix crashes at each point's first hit only: what the first run left behind
+shows in any cell).
 
 ```python blocks are executed as scripts; ```python test blocks are run as a pytest file with the plugin (with
 the crash matrix on), and must pass; a ```python conftest block is the conftest.py of the next test block. A
@@ -70,8 +71,8 @@ def test_test_block_passes(code: str, conftest: str, pytester: pytest.Pytester) 
         pytester.makeconftest(conftest)
     elif "crash_matrix" in code:
         args.append("--crash-backends=memory,sqlite")
-    for _ in range(2):
-        result = pytester.runpytest_subprocess(*args)
+    for again in ([], ["--crash-hits=1"]):  # (the second run, in the folder the first left: its first hits do)
+        result = pytester.runpytest_subprocess(*args, *again)
         outcomes = result.parseoutcomes()
         assert result.ret == 0, result.stdout.str()
         assert outcomes.get("passed", 0) >= 1 and not outcomes.get("failed")

@@ -1,7 +1,8 @@
 """The gate on LangGraph apps, proved in both directions: the crash matrix over the LangGraph example
 (examples/langgraph_support) fails a bare ``ToolNode`` (a finished sibling ran again: violations, named, with
 repro lines, in-process and SIGKILL) and passes ``ReplaySafeToolNode`` (no violation, the documented gaps only);
-each mutant of the wrapper (tests/langgraph_mutants.py) is caught for its own reason."""
+each mutant of the wrapper (tests/langgraph_mutants.py) is caught for its own reason. The wrapper's matrix is the
+command docs/langgraph.md gives for its before/after table, and the table is checked against it here."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 pytest.importorskip("langgraph", reason="the langgraph extra is not installed: pip install 'tenxgraph[langgraph]'")
 
+from tests.doc_figures import check_langgraph
 from tests.langgraph_mutants import LG_MUTANTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,10 +85,28 @@ def run_matrix(workdir: Path, test: str | None = None, mutant: str | None = None
     return {"exit": proc.returncode, "cells": cells, "out": proc.stdout, "mutant": mutant}
 
 
+def run_example(workdir: Path) -> dict[str, Any]:
+    """The command docs/langgraph.md gives for its table, as it gives it: the example, on SQLite, seed 1."""
+    report = workdir / "langgraph-matrix.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "examples/langgraph_support", "-p", "no:cacheprovider", "-q", "--crash-matrix",
+         "--crash-backends=sqlite", "--crash-seed=1", f"--crash-report={report}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert report.exists(), f"the example: no report\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return {"exit": proc.returncode, "cells": json.loads(report.read_text())["cells"], "out": proc.stdout,
+            "report": report}  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def control(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One matrix over the three tests of the correct wrapper and the bare node (one process: cheaper)."""
-    return run_matrix(tmp_path_factory.mktemp("lg-gate"))
+    """The example's matrix (the correct wrapper: its table in docs/langgraph.md) beside one over the bare node
+    and the wrapper under LangGraph's default durability, in two processes at once."""
+    workdir = tmp_path_factory.mktemp("lg-gate")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        example = pool.submit(run_example, workdir)
+        others = pool.submit(run_matrix, workdir, "test_bare or async_durability")
+        return {"example": example.result(), **others.result()}
 
 
 def of_test(result: dict[str, Any], name: str) -> list[dict[str, Any]]:
@@ -110,13 +130,22 @@ def test_a_bare_tool_node_fails_the_gate_and_replay_safe_tool_node_passes(contro
     assert "--crash-hits=" in sibling[0]["repro"] and sibling[0]["repro"] in control["out"]
     assert {c["point"] for c in sibling} >= {"tool.before_invoke", "tool.after_return"}
 
-    safe = of_test(control, "test_replay_safe")
+    example = control["example"]
+    assert example["exit"] == 0, example["out"][-3000:]  # (the example's bare node is an expected failure)
+    safe = of_test(example, "test_replay_safe_tool_node")
     assert safe and not [c for c in safe if c["outcome"] in FAILING]
     gaps = {g for c in safe if c["outcome"] == "known_gap" for g in c["gap"].split(",")}
     assert gaps == {"in_flight", "after_return"}
     assert {c["mode"] for c in safe if c["outcome"] == "protected"} == {"inprocess", "sigkill", "stream"}
     points = {c["point"] for c in safe if c["outcome"] == "protected"}
     assert points >= {"langgraph.after_put_writes", "langgraph.before_put", "langgraph.after_put", "tool.after_record"}
+
+
+def test_the_examples_matrix_gives_the_table_docs_langgraph_shows(control: dict[str, Any]) -> None:
+    """docs/langgraph.md's before/after table is what its command gives today (a stale figure fails here)."""
+    assert check_langgraph(control["example"]["report"]) == []
+    bare = of_test(control["example"], "test_bare_tool_node")
+    assert any(c["outcome"] == "violation" for c in bare)  # (the table's "before": counted, not hidden by xfail)
 
 
 def test_with_async_durability_a_model_turn_lost_before_its_tools_ran_shows_and_names_the_fix(
