@@ -59,8 +59,10 @@ demo: $(DEMO_STAMP)
 
 # langsmith (which langgraph brings) registers a pytest plugin that costs 1-3 s at every pytest start; the suite
 # starts pytest about 150 times (matrices in processes of their own), so its runs go without it.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	PYTEST_ADDOPTS="$${PYTEST_ADDOPTS:-} -p no:langsmith_plugin" $(BIN)/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider
+	PYTEST_ADDOPTS="$${PYTEST_ADDOPTS:-} -p no:langsmith_plugin" $(BIN)/python -m pytest -n $(TEST_WORKERS) \
+		--dist loadgroup -p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks

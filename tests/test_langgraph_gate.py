@@ -22,6 +22,7 @@ from tests.doc_figures import check_langgraph
 from tests.langgraph_mutants import LG_MUTANTS
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.xdist_group("langgraph-gate")  # (one worker builds the module's control matrix, not each)
 
 TESTS = """
 import pytest
