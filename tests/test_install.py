@@ -4,6 +4,7 @@ index's ``10xgraph``."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -30,6 +31,11 @@ def test_no_install_line_names_the_index_s_10xgraph() -> None:
     assert FOREIGN.search('pip install "10xgraph[ci]"') and not FOREIGN.search('pip install "/path/to/10xgraph[ci]"')
 
 
+#: pip as the README's reader runs it, less the bytecode it compiles for every installed module (minutes of a
+#: 2-core machine's CPU across the two installs; the imports below compile what they need).
+PIP_ENV = {**os.environ, "PIP_NO_COMPILE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
 def fresh(tmp_path: Path) -> tuple[Path, Path]:
     """A copy of the tracked files, as a fresh clone has them, and the python of a new virtual environment."""
     checkout = tmp_path / "checkout"
@@ -50,7 +56,7 @@ def test_the_servers_pinned_dependencies_install(tmp_path: Path) -> None:
     )
     checkout, python = fresh(tmp_path)
     command = [str(python), "-m", "pip", "install", "-q", ".[server,pg-checkpoint]", "-c", "constraints/server.txt"]
-    done = subprocess.run(command, cwd=checkout, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=checkout, capture_output=True, text=True, env=PIP_ENV)
     assert done.returncode == 0, done.stderr[-2000:]
     assert subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True).returncode == 0
     frozen = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
@@ -74,7 +80,7 @@ def test_the_readme_install_commands_install_us(tmp_path: Path) -> None:
     checkout, python = fresh(tmp_path)
     for command in commands:
         args = [str(python), "-m", "pip", *command.split()[1:]]
-        done = subprocess.run([a.strip('"') for a in args], cwd=checkout, capture_output=True, text=True)
+        done = subprocess.run([a.strip('"') for a in args], cwd=checkout, capture_output=True, text=True, env=PIP_ENV)
         assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     probe = "import importlib.metadata as m, pytest_replaysafe, tenxgraph; print(m.version('tenxgraph'))"
     version = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
