@@ -65,8 +65,19 @@ CAUSES = {
 FAILING = ("violation", "resume_failed", "error", "failed", "vacuous")
 
 
+def _matrix(args: list[str], cwd: Path, report: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``pytest --crash-matrix`` on SQLite with seed 1, in a process of its own: its exit, cells and output."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--crash-matrix", "--crash-backends=sqlite",
+         "--crash-seed=1", f"--crash-report={report}", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert report.exists(), f"{args}: no report\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return {"exit": proc.returncode, "cells": json.loads(report.read_text())["cells"], "out": proc.stdout}
+
+
 def run_matrix(workdir: Path, test: str | None = None, mutant: str | None = None) -> dict[str, Any]:
-    """The matrix over *test* (None: every test of TESTS) on SQLite, in a process of its own."""
+    """The matrix over *test* (None: every test of TESTS), in a process of its own (a mutant patches the wrapper)."""
     folder = workdir / f"{(test or 'all').replace(' ', '_')}-{mutant or 'control'}"
     folder.mkdir()
     (folder / "test_lg_agent.py").write_text(TESTS)
@@ -75,28 +86,14 @@ def run_matrix(workdir: Path, test: str | None = None, mutant: str | None = None
     select = ["-k", test] if test else []
     if mutant:  # (a mutant's cause shows in any completion order: one is enough, and halves its matrix)
         select.append("--crash-orders=1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", "--crash-matrix",
-         "--crash-backends=sqlite", "--crash-seed=1", "--crash-report=report.json", *select, "test_lg_agent.py"],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    report = folder / "report.json"
-    assert report.exists(), f"{test} {mutant}: no report\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    cells = json.loads(report.read_text())["cells"]
-    return {"exit": proc.returncode, "cells": cells, "out": proc.stdout, "mutant": mutant}
+    return {**_matrix(["-p", "no:xdist", *select, "test_lg_agent.py"], folder, folder / "report.json", env),
+            "mutant": mutant}  # fmt: skip
 
 
 def run_example(workdir: Path) -> dict[str, Any]:
     """The command docs/langgraph.md gives for its table, as it gives it: the example, on SQLite, seed 1."""
     report = workdir / "langgraph-matrix.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "examples/langgraph_support", "-p", "no:cacheprovider", "-q", "--crash-matrix",
-         "--crash-backends=sqlite", "--crash-seed=1", f"--crash-report={report}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert report.exists(), f"the example: no report\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return {"exit": proc.returncode, "cells": json.loads(report.read_text())["cells"], "out": proc.stdout,
-            "report": report}  # fmt: skip
+    return {**_matrix(["examples/langgraph_support"], ROOT, report), "report": report}
 
 
 @pytest.fixture(scope="module")
