@@ -148,7 +148,8 @@ def test_sync_tools_run_off_the_event_loop_and_async_tools_on_it() -> None:
         tools=[sync_tool, async_tool],
     )
     assert [r.output for r in results] == ["s", "a"]
-    assert where["async"] == "tenxgraph-sync"  # the loop thread of the sync wrapper
+    # the sync wrapper runs its loop in the caller when free, else the thread running it (its helper) does
+    assert where["async"] in (threading.current_thread().name, "tenxgraph-sync")
     assert where["sync"] != where["async"]
 
 

@@ -1,9 +1,15 @@
 """Sync wrappers over the async core.
 
 Every sync entry point (``CompiledGraph.invoke``, ``checkpointer.get_thread`` ...) runs its coroutine on one
-background event loop per process. One loop (rather than ``asyncio.run`` per call) matters for resources bound
-to a loop, such as a psycopg connection pool: opened through a sync call, it is always used on the same loop.
-The loop is recreated in a forked child, whose copy of the parent's loop thread does not exist.
+event loop per process (:class:`SyncLoop`). One loop (rather than ``asyncio.run`` per call) matters for resources
+bound to a loop, such as a psycopg connection pool: opened through a sync call, it is always used on the same loop.
+
+Who runs that loop: the calling thread itself, when nobody else is running it (no hop to another thread and back,
+about a quarter of a short in-memory run); else the call is handed to the loop where it runs and waits for its
+result. Whatever is left on the loop when a caller's coroutine is done (a stream's producer, a connection pool's
+tasks, a call another thread handed over meanwhile) is run on by a helper thread until nothing is, so the loop
+never stops with work on it. The loop is recreated in a forked child, whose copy of the parent's threads does not
+exist.
 """
 
 from __future__ import annotations
@@ -13,28 +19,108 @@ import os
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
 
+#: How often the helper thread looks whether the loop has anything left to run (then lets callers run it again).
+IDLE_CHECK_S = 0.05
+
+
+class SyncLoop:
+    """The sync wrappers' event loop, run by whichever thread needs it: a caller when the loop is free (in its own
+    thread, one call at a time), else the thread running it (a caller, or the helper). ``driver`` says who runs it
+    now; ``handed`` counts calls handed to a loop someone else runs, not yet returned to their callers."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.guard = threading.Lock()
+        self.help_wanted = threading.Condition(self.guard)
+        self.driver: Literal["caller", "helper"] | None = None
+        self.handed = 0
+        self.helper: threading.Thread | None = None
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        with self.guard:
+            own = self.driver is None
+            if own:
+                self.driver = "caller"
+            else:
+                self.handed += 1
+        if not own:
+            try:
+                return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+            finally:
+                with self.guard:
+                    self.handed -= 1
+        try:
+            return self.loop.run_until_complete(self.loop.create_task(coro))  # (the caller's context, as handed over)
+        finally:
+            with self.guard:
+                if self.handed or self._work_left():
+                    self._call_helper()
+                else:
+                    self.driver = None
+
+    def _work_left(self, running: asyncio.Task[Any] | None = None) -> bool:
+        """A task other than *running* is not done (read while no thread runs the loop, or from inside it)."""
+        return any(task is not running and not task.done() for task in asyncio.all_tasks(self.loop))
+
+    def _call_helper(self) -> None:
+        """(Under the guard.) The helper runs the loop on from here."""
+        self.driver = "helper"
+        if self.helper is None:
+            self.helper = threading.Thread(target=self._help, name="tenxgraph-sync", daemon=True)
+            self.helper.start()
+        self.help_wanted.notify()
+
+    def _help(self) -> None:
+        while True:
+            with self.guard:
+                while self.driver != "helper":
+                    self.help_wanted.wait()
+            while True:
+                self.loop.run_until_complete(self._until_idle())
+                with self.guard:  # (looked at again once the loop has stopped: a caller may run it from here on)
+                    if not self.handed and not self._work_left():
+                        self.driver = None
+                        break
+
+    async def _until_idle(self) -> None:
+        me = asyncio.current_task()
+        while True:
+            with self.guard:
+                if not self.handed and not self._work_left(me):
+                    return
+            await asyncio.sleep(IDLE_CHECK_S)
+
+
 _lock = threading.Lock()
-_loop: asyncio.AbstractEventLoop | None = None
+_sync: SyncLoop | None = None
 
 
-def _start_loop() -> asyncio.AbstractEventLoop:
-    global _loop
+def _current() -> SyncLoop:
+    global _sync
+    sync = _sync
+    if sync is not None and not sync.loop.is_closed():
+        return sync
     with _lock:
-        if _loop is None or _loop.is_closed():
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=loop.run_forever, name="tenxgraph-sync", daemon=True)
-            thread.start()
-            _loop = loop
-        return _loop
+        if _sync is None or _sync.loop.is_closed():
+            _sync = SyncLoop()
+        return _sync
+
+
+#: The parent's loops, in a forked child: kept, never closed nor collected. Closing one (as its ``__del__`` would)
+#: unregisters its self-pipe from its epoll instance, which the child shares with the parent: the parent's loop
+#: would then sleep through every wake-up from another thread.
+_inherited: list[SyncLoop] = []
 
 
 def _forget_loop_after_fork() -> None:
-    global _loop, _lock, _idle
-    _loop = None
+    global _sync, _lock, _idle
+    if _sync is not None:
+        _inherited.append(_sync)
+    _sync = None
     _lock = threading.Lock()
     _busy.clear()  # the parent's worker threads do not exist here
     _idle = threading.Condition()
@@ -85,18 +171,19 @@ def wait_threads_idle(timeout: float) -> bool:
 
 
 def sync_loop() -> asyncio.AbstractEventLoop:
-    """The background loop the sync wrappers use (started on first use)."""
-    return _loop if _loop is not None and not _loop.is_closed() else _start_loop()
+    """The loop the sync wrappers use (made on first use)."""
+    return _current().loop
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run *coro* to completion on the background loop and return its result (or raise its exception)."""
+    """Run *coro* to completion on the sync wrappers' loop (see :class:`SyncLoop`) and return its result (or raise
+    its exception)."""
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:
         running = None
-    loop = sync_loop()
-    if running is loop:
+    sync = _current()
+    if running is sync.loop:
         coro.close()
         raise RuntimeError("a sync tenxgraph method was called from inside its own loop; await the a* method")
     if running is not None:
@@ -105,4 +192,4 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
             "a sync tenxgraph method was called from inside a running event loop, which it would block; "
             "await the async variant instead (ainvoke, aget_thread, ...)"
         )
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+    return sync.run(coro)
