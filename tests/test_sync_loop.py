@@ -148,3 +148,57 @@ def test_a_forked_child_leaves_the_parents_loop_awake(monkeypatch: pytest.Monkey
     took = time.monotonic() - start
     os.waitpid(pid, 0)
     assert took < 1, f"the parent's loop slept through a worker thread's result ({took:.1f} s)"
+
+
+def test_a_call_the_driver_makes_between_its_own_steps_runs_there() -> None:
+    """A sync generator's ``finally`` run by the garbage collector can call a sync method in the very thread that
+    is running the loop, between two of its steps (even while it holds the guard): that call must run the loop
+    there, not wait for a driver that is itself."""
+    sync = SyncLoop()
+    nested: list[str] = []
+    work_left = sync._work_left
+
+    async def inner() -> str:
+        await asyncio.sleep(0)
+        return "inner"
+
+    async def outer() -> str:
+        return "outer"
+
+    def collected_here(running: asyncio.Task[object] | None = None) -> bool:
+        if not nested:  # (as a finalizer would, once)
+            nested.append(sync.run(inner()))
+        return work_left(running)
+
+    sync._work_left = collected_here  # type: ignore[method-assign]
+    results: list[str] = []
+    caller = threading.Thread(target=lambda: results.append(sync.run(outer())), daemon=True)
+    caller.start()
+    caller.join(5)
+    assert not caller.is_alive(), "the driver waited for itself"
+    assert results == ["outer"] and nested == ["inner"]
+    assert wait_free(sync)
+
+
+def test_the_helper_outlives_a_system_exit_from_a_task_it_runs() -> None:
+    sync = SyncLoop()
+
+    async def start() -> str:
+        async def leaves() -> None:
+            await asyncio.sleep(0.02)
+            raise SystemExit(3)  # (out of the loop with it, in the helper's thread)
+
+        asyncio.get_running_loop().create_task(leaves())
+        return "started"
+
+    async def fine() -> str:
+        return "ok"
+
+    assert sync.run(start()) == "started"
+    time.sleep(0.2)
+    results: list[str] = []
+    later = threading.Thread(target=lambda: results.append(sync.run(fine())), daemon=True)
+    later.start()
+    later.join(5)
+    assert results == ["ok"], "nobody runs the loop any more: the helper died with the task's SystemExit"
+    assert wait_free(sync)

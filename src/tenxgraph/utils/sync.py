@@ -15,38 +15,51 @@ exist.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
+
+from tenxgraph.utils.constants import LOGGER_NAME
 
 T = TypeVar("T")
 
 #: How often the helper thread looks whether the loop has anything left to run (then lets callers run it again).
 IDLE_CHECK_S = 0.05
 
+log = logging.getLogger(LOGGER_NAME)
+
 
 class SyncLoop:
     """The sync wrappers' event loop, run by whichever thread needs it: a caller when the loop is free (in its own
-    thread, one call at a time), else the thread running it (a caller, or the helper). ``driver`` says who runs it
-    now; ``handed`` counts calls handed to a loop someone else runs, not yet returned to their callers."""
+    thread, one call at a time), else the thread running it (a caller, or the helper). ``driver`` is the thread
+    running it now (its ident; None: nobody); ``handed`` counts calls handed to it by other threads, not yet
+    returned to their callers.
+
+    A call made by the driver itself between its own steps (a sync generator's ``finally`` run by the garbage
+    collector, say) runs the loop there and then: handing it over would wait for itself."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.guard = threading.Lock()
+        self.guard = threading.RLock()  # (re-entered by such a call made while it is held)
         self.help_wanted = threading.Condition(self.guard)
-        self.driver: Literal["caller", "helper"] | None = None
+        self.driver: int | None = None
         self.handed = 0
         self.helper: threading.Thread | None = None
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        me = threading.get_ident()
         with self.guard:
+            nested = self.driver == me  # (the loop is not running here: run_sync refused a call from inside it)
             own = self.driver is None
             if own:
-                self.driver = "caller"
-            else:
+                self.driver = me
+            elif not nested:
                 self.handed += 1
+        if nested:
+            return self.loop.run_until_complete(self.loop.create_task(coro))
         if not own:
             try:
                 return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
@@ -68,19 +81,26 @@ class SyncLoop:
 
     def _call_helper(self) -> None:
         """(Under the guard.) The helper runs the loop on from here."""
-        self.driver = "helper"
         if self.helper is None:
             self.helper = threading.Thread(target=self._help, name="tenxgraph-sync", daemon=True)
             self.helper.start()
+        self.driver = self.helper.ident
         self.help_wanted.notify()
 
     def _help(self) -> None:
+        me = threading.get_ident()
+        idle: asyncio.Task[None] | None = None
         while True:
             with self.guard:
-                while self.driver != "helper":
+                while self.driver != me:
                     self.help_wanted.wait()
             while True:
-                self.loop.run_until_complete(self._until_idle())
+                if idle is None or idle.done():
+                    idle = self.loop.create_task(self._until_idle())
+                try:
+                    self.loop.run_until_complete(idle)
+                except BaseException:  # (a task's SystemExit leaves the loop too; its awaiter has it: run on)
+                    log.exception("the sync wrappers' helper thread: an exception left the event loop")
                 with self.guard:  # (looked at again once the loop has stopped: a caller may run it from here on)
                     if not self.handed and not self._work_left():
                         self.driver = None
