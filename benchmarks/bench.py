@@ -413,9 +413,9 @@ def main() -> None:
             extra["postgres_round_trips_note"] = (
                 "statements per run: run lock and lease claim (one statement) + unlock, thread read, message read, "
                 "the new thread's start, 2 more advances, 1 ledger read (one tool node), 1-2 ledger writes (group "
-                "commit), BEGIN, the lease's release and COMMIT around the last advance; round trips: 5 plus the "
-                "ledger writes (the lock is pipelined with the reads and the start, the unlock with the last "
-                "advance, after its COMMIT)"
+                "commit), BEGIN, the lease's release and COMMIT around the last advance; round trips: 4 plus the "
+                "ledger writes (the lock is pipelined with the reads and the start, the ledger read behind the "
+                "assistant message's write, the unlock with the last advance, after its COMMIT)"
             )
             close_pg(counted)
     for backend, figures in ledger.items():

@@ -922,3 +922,68 @@ def test_a_resumes_decisions_are_read_with_the_lock_and_answer_only_the_first_le
         run_sync(body())
     finally:
         other.close()
+
+
+def test_the_tool_nodes_ledger_read_rides_on_the_write_of_its_message(pg_dsn: str, pg_schema: str) -> None:
+    """The keys a state write is told of are read in its round trip, behind it on the lock's connection: the next
+    read of them costs none. A read asking for another key, or a read without a lock held, goes to PostgreSQL."""
+    from benchmarks import bench
+    from tenxgraph.state.messages import ToolCallBlock
+
+    cp = bench.make_pg(pg_dsn, pg_schema, counting=True)
+    call = Message.assistant("", [ToolCallBlock("c1", "refund", {})])
+    key = f"{call.message_id}:c1"
+
+    async def body() -> None:
+        await cp.aput_tool_result("t", key, {"kind": "value", "output": 1})  # (schema set up; a record exists)
+        async with hold_run_lock(cp, "t", None) as session:
+            bench.RoundTrips.reset()
+            version = await session.write({"n": 1}, expected_version=0, new_messages=[call], ledger_keys=[key])
+            assert await cp.aget_tool_results("t", [key]) == {key: {"kind": "value", "output": 1}}
+            assert (bench.RoundTrips.count, bench.RoundTrips.statements) == (1, 4)  # BEGIN, write, COMMIT, read
+            await session.write({"n": 2}, expected_version=version, new_messages=[], ledger_keys=[key])
+            assert await cp.aget_tool_results("t", [key, "other"]) == {key: {"kind": "value", "output": 1}}
+            assert bench.RoundTrips.count == 3  # the write (with its read), then a read of its own: "other" was not
+        bench.RoundTrips.reset()
+        cp.read_ledger_with_next_write("u", [key])  # no lock held: the write goes to the pool alone
+        await cp.aput_thread("u", {"n": 1}, expected_version=0)
+        assert await cp.aget_tool_results("u", [key]) == {} and bench.RoundTrips.count == 2
+
+    try:
+        run_sync(body())
+    finally:
+        bench.close_pg(cp)
+
+
+def test_a_failed_ledger_read_behind_a_write_leaves_the_write_made(
+    pg_checkpointer: PgCheckpointer, pg_dsn: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The write commits before the read behind it runs: with the ledger table gone, the state write is made (and
+    says so), the failure is logged, and the tool node's own read meets it. A write that fails leaves no aborted
+    transaction on the lock's connection: the run's next statement there works."""
+    from tenxgraph.state.messages import ToolCallBlock
+
+    cp = pg_checkpointer
+    call = Message.assistant("", [ToolCallBlock("c1", "refund", {})])
+    key = f"{call.message_id}:c1"
+    cp.put_thread("warm", {}, expected_version=0)  # schema exists
+
+    def drop(table: str) -> None:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(pg_schema, table)))
+
+    async def body() -> None:
+        async with hold_run_lock(cp, "t", None) as session:
+            drop("tool_executions")
+            with caplog.at_level(logging.WARNING, logger="tenxgraph"):
+                assert await session.write({"n": 1}, expected_version=0, new_messages=[call], ledger_keys=[key]) == 1
+            assert "the ledger read behind its state write failed (UndefinedTable" in caplog.text
+            with pytest.raises(psycopg.errors.UndefinedTable):
+                await cp.aget_tool_results("t", [key])  # the tool node's read: the failure as documented
+            drop("messages")
+            with pytest.raises(psycopg.errors.UndefinedTable):
+                await session.write({"n": 2}, expected_version=1, new_messages=[call], ledger_keys=[key])
+            snap = await cp.aget_thread("t")  # on the lock's connection: no transaction left aborted
+            assert snap is not None and (snap.version, snap.values) == (1, {"n": 1})
+
+    run_sync(body())

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tenxgraph.state.messages import Message
+from tenxgraph.state.messages import Message, ToolCallBlock
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer, hold_run_lock
 from tenxgraph.utils.errors import ThreadBusyError
 from tenxgraph.utils.sync import run_sync
@@ -156,5 +156,30 @@ class RunLockConformance:
             async with hold_run_lock(checkpointer, tid, None, ledger_keys=["decision:c"]):
                 await checkpointer.aput_tool_result(tid, "decision:c", yes)  # written before the run's first read
                 assert await checkpointer.aget_tool_results(tid, ["decision:c"]) == {"decision:c": yes}
+
+        run_sync(main())
+
+    def test_a_ledger_read_sent_with_a_state_write_answers_as_a_read_after_it(
+        self, checkpointer: BaseCheckpointer, second_worker: BaseCheckpointer
+    ) -> None:
+        """A state write told which ledger keys come next (``RunLockSession.write(..., ledger_keys=...)``) may let
+        a backend read them in the write's round trip: the next read answers as one made after the write would. A
+        record that existed before the write is found (the read is made, never assumed empty), one the run writes
+        after it is seen, and a read asking for a key that was not sent reads anew."""
+        tid = new_thread_id()
+        call = Message.assistant("", [ToolCallBlock("c1", "refund", {}), ToolCallBlock("c2", "email", {})])
+        keys = [f"{call.message_id}:c1", f"{call.message_id}:c2"]
+        one, two = {"kind": "value", "output": 1}, {"kind": "value", "output": 2}
+
+        async def main() -> None:
+            await second_worker.aput_tool_result(tid, keys[0], one)  # (an earlier run's record of this message)
+            async with hold_run_lock(checkpointer, tid, None) as session:
+                version = await session.write({"n": 1}, expected_version=0, new_messages=[call], ledger_keys=keys)
+                assert await checkpointer.aget_tool_results(tid, keys) == {keys[0]: one}
+                version = await session.write({"n": 2}, expected_version=version, new_messages=[], ledger_keys=keys)
+                assert await checkpointer.aput_tool_result(tid, keys[1], two)  # a record after the read was sent
+                assert await checkpointer.aget_tool_results(tid, keys) == {keys[0]: one, keys[1]: two}
+                await session.write({"n": 3}, expected_version=version, new_messages=[], ledger_keys=keys[1:])
+                assert await checkpointer.aget_tool_results(tid, keys) == {keys[0]: one, keys[1]: two}  # not all sent
 
         run_sync(main())

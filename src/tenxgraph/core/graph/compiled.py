@@ -28,6 +28,7 @@ from tenxgraph.core.graph.message_cache import MessageCache
 from tenxgraph.core.graph.pauses import asked_of, decision_keys, load_decisions, record_decisions, waiting
 from tenxgraph.core.graph.results import RunResult, StreamEvent
 from tenxgraph.core.graph.streaming import RunStream, StreamMode, parse_modes, stream_run, sync_events, sync_stream
+from tenxgraph.core.graph.utils.invoke_node_handler import call_keys
 from tenxgraph.core.tools.config import RunConfig
 from tenxgraph.core.tools.context import RunContext, running_node
 from tenxgraph.core.tools.interrupts import GraphInterrupt, Interrupt, Pauses, Resume
@@ -179,15 +180,9 @@ class CompiledGraph(Generic[S]):
         new = None if known else _Run(self, cfg, self.state_schema(), 0, set(), observer)
         start = new.stage(new_messages, new_values) if new is not None else None
         with run_span(observer.tracer, cfg.thread_id) as (traced, observer.parent):
-            async with hold_run_lock(  # one run per thread at a time (a Resume's decisions read with the lock)
-                self.checkpointer,
-                cfg.thread_id,
-                cfg.lock_timeout,
-                messages_after=after,
-                start=start,
-                ledger_keys=decision_keys(resume),
-            ) as session:
-                cp, tid = self.checkpointer, cfg.thread_id
+            cp, tid, keys = self.checkpointer, cfg.thread_id, decision_keys(resume)  # (a Resume's: read with the lock)
+            lock = hold_run_lock(cp, tid, cfg.lock_timeout, messages_after=after, start=start, ledger_keys=keys)
+            async with lock as session:  # one run per thread at a time
                 snap = await cp.aget_thread(tid)
                 if snap is None:
                     if input is None or resume is not None:
@@ -310,8 +305,9 @@ class _Run(Generic[S]):
         return list(fresh.values())
 
     async def _write(self, messages: list[Message]) -> None:
+        keys = [key for m in messages for key in call_keys(m) if key]  # the tool node's ledger read rides along
         self.version = await self.session.write(  # fenced: never a write without the thread's lock
-            self.state.values_dict(), expected_version=self.version, new_messages=messages
+            self.state.values_dict(), expected_version=self.version, new_messages=messages, ledger_keys=keys
         )
 
     def stage(self, messages: list[Message], values: dict[str, Any]) -> tuple[dict[str, JSON], list[Message]] | None:

@@ -9,9 +9,10 @@ Schema (created by :meth:`setup`, idempotent, under an advisory lock): ``threads
 truncated, result JSONB, ``created_at`` indexed for pruning), ``run_leases`` and ``schema_version``.
 
 Round trips: a ledger write (or group) is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE status = 'started'``;
-a node's ledger read one ``SELECT ... key = ANY(...)``; a state write one statement (compare-and-swap and new
-messages, in CTEs); the run lock shares one pipelined round trip with the run's first reads (and a new thread's
-start), its release one with the last write. A run's reads and writes of its thread use the lock's connection
+a node's ledger read one ``SELECT ... key = ANY(...)``, pipelined behind the state write that added the assistant
+message when the run wrote it; a state write one statement (compare-and-swap and new messages, in CTEs); the run
+lock shares one pipelined round trip with the run's first reads (and a new thread's start), its release one with
+the last write. A run's reads and writes of its thread use the lock's connection
 (fencing); a lease keeps the thread through a dropped connection. Only transient failures are retried; a retried
 state write whose first attempt may have committed is recognised as ours instead of being reported stale.
 
@@ -52,7 +53,7 @@ try:
     from psycopg_pool import AsyncConnectionPool
 
     import tenxgraph.storage.checkpointer.pg_connect as pg_connect
-    from tenxgraph.storage.checkpointer.pg_cache import RedisStateCache, thread_key
+    from tenxgraph.storage.checkpointer.pg_cache import CacheMethods, RedisStateCache
     from tenxgraph.storage.checkpointer.pg_first_reads import FirstReadsWithLock, messages_after
     from tenxgraph.storage.checkpointer.pg_pool import PgPool
     from tenxgraph.storage.checkpointer.pg_run_lock import NotHeld, PgRunLocks, advisory_key
@@ -69,7 +70,7 @@ log = logging.getLogger(LOGGER_NAME)
 T = TypeVar("T")
 
 
-class PgCheckpointer(BaseCheckpointer):
+class PgCheckpointer(CacheMethods, BaseCheckpointer):
     def __init__(
         self,
         postgres_dsn: str | None = None,
@@ -186,6 +187,7 @@ class PgCheckpointer(BaseCheckpointer):
     ) -> int:
         check_thread_id(thread_id)
         made = self._first_reads.started(thread_id, expected_version, values, new_messages)  # (sent with the lock)
+        ledger_keys = self._first_reads.take_ledger_after_write(thread_id)  # (read behind this write: the tools')
         self._first_reads.forget(thread_id)  # a read made before this write is no longer the state
         if made is not None:
             return made
@@ -201,12 +203,18 @@ class PgCheckpointer(BaseCheckpointer):
         async def op(conn: psycopg.AsyncConnection[Any]) -> int:
             nonlocal attempts
             attempts += 1
+            keep = None
             if self._locks.last_write_releases(thread_id, conn):  # one round trip: the write, then the release
                 cur = await self._locks.write_and_release(conn, thread_id, query, params)
+            elif ledger_keys and conn is self._locks.conns.get(thread_id):  # the tool node's ledger read behind it
+                cur, keep = await self._first_reads.write_then_read_ledger(
+                    conn, thread_id, (query, params), ledger_keys, self._q["get_results"]
+                )
             else:
                 cur = await conn.execute(query, params)
-            row = await cur.fetchone()
-            if row is not None:
+            if (row := await cur.fetchone()) is not None:
+                if keep is not None:
+                    await keep()
                 return int(row[0])
             cur = await conn.execute(self._q["get_thread"], (thread_id,))
             stored = await cur.fetchone()
@@ -366,25 +374,6 @@ class PgCheckpointer(BaseCheckpointer):
         if self._cache is not None:
             await self._cache.delete(thread_id)
 
-    # -- Redis cache (pg_cache.py) ---------------------------------------------------------------------
-    @property
-    def cache_prefix(self) -> str:
-        """Every Redis key this checkpointer writes starts with this (one prefix per schema)."""
-        return f"tenxgraph:{self.schema}:"
-
-    def cache_key(self, thread_id: str) -> str:
-        """The Redis hash holding *thread_id*'s cached state (fields ``version`` and ``state``)."""
-        return thread_key(self.cache_prefix, thread_id)
-
-    async def acache_put(self, thread_id: str, version: int, state_json: str) -> bool:
-        """Write the cache if *version* is newer than the cached one (atomic). False if refused or Redis is down."""
-        return await self._cache.put(thread_id, version, state_json) if self._cache is not None else False
-
-    async def aflush_cache_writes(self) -> None:
-        """Wait for pending background cache writes (tests and shutdown)."""
-        if self._cache is not None:
-            await self._cache.flush()
-
     # -- lifecycle --------------------------------------------------------------------------------------
     async def aclose(self) -> None:
         if self._forget_if_forked():  # (the parent's connections are the parent's to close)
@@ -425,6 +414,9 @@ class PgCheckpointer(BaseCheckpointer):
 
     def read_ledger_with_lock(self, thread_id: str, keys: Sequence[str]) -> None:
         self._first_reads.plan_ledger(thread_id, keys)  # (behind the lock, in its round trip: .pg_first_reads)
+
+    def read_ledger_with_next_write(self, thread_id: str, keys: Sequence[str]) -> None:
+        self._first_reads.plan_ledger_after_write(thread_id, keys)  # (behind that write, on the lock's connection)
 
     def holds_thread(self, thread_id: str) -> bool:
         """Whether a run of this checkpointer holds *thread_id*'s lease right now (taken, not yet released: a

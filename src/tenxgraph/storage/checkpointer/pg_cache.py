@@ -108,3 +108,28 @@ class RedisStateCache:
         if self._client is not None and self._user_client is None:
             await self._client.aclose()
             self._client, self._script = None, None
+
+
+class CacheMethods:
+    """PgCheckpointer's methods about its cache (its ``schema`` names the keys; ``_cache`` is None without one)."""
+
+    schema: str
+    _cache: RedisStateCache | None
+
+    @property
+    def cache_prefix(self) -> str:
+        """Every Redis key this checkpointer writes starts with this (one prefix per schema)."""
+        return f"tenxgraph:{self.schema}:"
+
+    def cache_key(self, thread_id: str) -> str:
+        """The Redis hash holding *thread_id*'s cached state (fields ``version`` and ``state``)."""
+        return thread_key(self.cache_prefix, thread_id)
+
+    async def acache_put(self, thread_id: str, version: int, state_json: str) -> bool:
+        """Write the cache if *version* is newer than the cached one (atomic). False if refused or Redis is down."""
+        return await self._cache.put(thread_id, version, state_json) if self._cache is not None else False
+
+    async def aflush_cache_writes(self) -> None:
+        """Wait for pending background cache writes (tests and shutdown)."""
+        if self._cache is not None:
+            await self._cache.flush()
