@@ -265,7 +265,7 @@ class _Run(Generic[S]):
             if pending:
                 return  # still waiting: nothing runs, nothing is written
             meta.status = "running"  # every answer is in: a crash from here on is a crash mid-run (recovery's)
-            await self._write([])
+            await self._write([], next((m for m in reversed(self.state.messages) if m.tool_calls), None))
         elif meta.status in ("running", "error") and meta.current_node not in (None, END):
             emit_event("run_resumed", logging.INFO, thread_id=tid, node=meta.current_node, status=meta.status)
             self.resuming = True
@@ -304,8 +304,10 @@ class _Run(Generic[S]):
                 )
         return list(fresh.values())
 
-    async def _write(self, messages: list[Message]) -> None:
-        keys = [key for m in messages for key in call_keys(m) if key]  # the tool node's ledger read rides along
+    async def _write(self, messages: list[Message], calls: Message | None = None) -> None:
+        """The state with *messages* added; the ledger read of their calls (or of *calls*', a stored message a
+        paused tool node runs again) may go with it (the tool node's read, next)."""
+        keys = [key for m in (*messages, *([calls] if calls else [])) for key in call_keys(m) if key]
         self.version = await self.session.write(  # fenced: never a write without the thread's lock
             self.state.values_dict(), expected_version=self.version, new_messages=messages, ledger_keys=keys
         )
