@@ -7,7 +7,8 @@
   taken away at a time: ``ainvoke`` on the caller's loop, ``async def`` tools, no timeouts (``node_timeout`` and
   ``tool_timeout`` None), and all three; interleaved, median ms and the share of the base each saves.
 - ``sigkill``: a SIGKILL cell of the crash matrix on SQLite, split into the fork, the child's run to its crash
-  point and its death (until the parent has reaped it), and the resume in the parent.
+  point and its death (until the parent has reaped it), and the resume in the parent; and within the child, its
+  run from the crash point's arming to the crash (ms, and the minor page faults it took: copy-on-write).
 
     python -m benchmarks.breakdown [--runs 300] [--cells 60]
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -123,21 +125,42 @@ def sigkill(cells: int) -> dict[str, float]:
 
         return wrapper
 
+    workdir = Path(tempfile.mkdtemp(dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None))
+    child_log = workdir / "child.txt"  # a forked child's run to its crash: minor page faults and ms, a line each
+
+    def arm_crash(point: str, hit: int, window: dict[str, str], crash: Callable[[str, int], None]) -> None:
+        faults, started = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+
+        def measured(name: str, n: int) -> None:
+            if os.getpid() != parent:  # (the SIGKILL child; in-process cells crash in the parent)
+                done = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+                with child_log.open("a") as out:
+                    out.write(f"{done} {(time.perf_counter() - started) * 1000:.3f}\n")
+            crash(name, n)
+
+        saved_arm(point, hit, window, measured)
+
     # the mode module's own references, replaced for the measurement and put back after it
+    parent, saved_arm = os.getpid(), modes.arm_crash
     patched = {"fork_child": "fork_ms", "wait_child": "child_until_reaped_ms"}
     saved = {name: getattr(modes, name) for name in patched}
     saved_resume = modes.SigKill.resume
     for name, phase in patched.items():
         setattr(modes, name, timed(phase, saved[name]))
     setattr(modes.SigKill, "resume", timed("resume_ms", saved_resume))  # noqa: B010
+    setattr(modes, "arm_crash", arm_crash)  # noqa: B010
     try:
-        workdir = Path(tempfile.mkdtemp(dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None))
         cell = crash_matrix_throughput(workdir, cells)["sigkill"]
     finally:
         for name, fn in saved.items():
             setattr(modes, name, fn)
         setattr(modes.SigKill, "resume", saved_resume)  # noqa: B010
+        setattr(modes, "arm_crash", saved_arm)  # noqa: B010
     out = {name: round(statistics.median(values), 2) for name, values in phases.items()}
+    child = [line.split() for line in child_log.read_text().splitlines()] if child_log.exists() else []
+    if child:
+        out["child_run_to_crash_ms"] = round(statistics.median(float(ms) for _, ms in child), 2)
+        out["child_minor_faults"] = statistics.median(int(faults) for faults, _ in child)
     return {"cells": cell["cells"], "median_cell_ms": cell["median_cell_ms"], **out}
 
 
