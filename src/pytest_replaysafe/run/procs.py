@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import select
 import signal
@@ -32,8 +31,6 @@ def fork_child(body: Callable[[], int], failure: Path) -> int:
     wait until no such thread runs."""
     from tenxgraph.utils.sync import wait_threads_idle
 
-    parent = os.getpid()
-
     if not wait_threads_idle(QUIESCE_TIMEOUT_S):
         raise HarnessError(
             f"a sync tool or node thread was still running after {QUIESCE_TIMEOUT_S:g}s; forking now could copy "
@@ -41,12 +38,7 @@ def fork_child(body: Callable[[], int], failure: Path) -> int:
         )
     sys.stdout.flush()
     sys.stderr.flush()
-    gc.freeze()  # the parent's objects out of the child's collections: they are not written, so not copied
-    try:
-        pid = os.fork()
-    finally:
-        if os.getpid() == parent:
-            gc.unfreeze()
+    pid = os.fork()
     if pid == 0:
         code = CHILD_FAILED
         try:
