@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from pytest_replaysafe.judge.evidence import call_id_of
 from pytest_replaysafe.run.procs import CHILD_DONE, HarnessError, child_timeout, describe_status, fork_child, wait_child
+from pytest_replaysafe.run.settle import settle_siblings
 
 if TYPE_CHECKING:
     from pytest_replaysafe.run.langgraph_app import LangGraphApp
@@ -110,9 +111,16 @@ class Mode(Protocol):
     def resume(self, run: Runner, hit: Hit) -> RunResult[Any]: ...
 
 
-def arm_crash(point: str, hit: int, window: dict[str, str], crash: Callable[[str, int], None]) -> None:
+def arm_crash(
+    point: str,
+    hit: int,
+    window: dict[str, str],
+    crash: Callable[[str, int], None],
+    settle: Callable[[], None] | None = None,
+) -> None:
     """Arm *point* for the run that crashes. A fault point fails once, then the node's end crashes; for
-    ``ledger.read_error`` the read succeeds, the node's end crashes, and the resume's read fails."""
+    ``ledger.read_error`` the read succeeds, the node's end crashes, and the resume's read fails. *settle*: called
+    before a crash inside a tool call, to let its siblings come to rest (:mod:`.settle`)."""
     from tenxgraph.core import crashpoints
     from tenxgraph.core.crashpoints import InjectedFault
     from tenxgraph.core.tools.context import current_tool_call
@@ -121,6 +129,8 @@ def arm_crash(point: str, hit: int, window: dict[str, str], crash: Callable[[str
         def fire(name: str, n: int) -> None:
             call = current_tool_call()
             window.setdefault("id", call_id_of(call.message_id, call.index) if call else "*")
+            if call is not None and settle is not None:
+                settle()
             action(name, n)
 
         return fire
@@ -165,7 +175,7 @@ class InProcess:
 
         crashpoints.reset()
         try:
-            arm_crash(hit.point, hit.arrival, window, crash)
+            arm_crash(hit.point, hit.arrival, window, crash, lambda: settle_siblings(run.checkpointer))
             run.run_graph(hit.app, hit.input, hit.thread, hit.config, hit.stream, "crash")
             return Crash(False)
         except CrashInjected:
@@ -219,7 +229,7 @@ class SigKill(InProcess):
                 os.kill(os.getpid(), signal.SIGKILL)
 
             crashpoints.reset()
-            arm_crash(hit.point, hit.arrival, window, kill)
+            arm_crash(hit.point, hit.arrival, window, kill, lambda: settle_siblings(run.checkpointer))
             run.run_graph(hit.app, hit.input, hit.thread, hit.config, hit.stream, "crash")
             return CHILD_DONE
 

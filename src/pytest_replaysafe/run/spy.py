@@ -26,6 +26,7 @@ class RecordingCheckpointer(DelegatingCheckpointer):
         super().__init__(inner)
         self.log = log
         self.bypass_lock = False
+        self.writing = 0  # ledger writes begun and not ended (see .settle)
 
     async def aput_thread(
         self, thread_id: str, values: dict[str, JSON], *, expected_version: int, new_messages: Sequence[Message] = ()
@@ -41,6 +42,7 @@ class RecordingCheckpointer(DelegatingCheckpointer):
         begun = _record_entry(thread_id, key, record)
         tool, fp = begun.tool, begun.fp
         self.log.write(begun)
+        self.writing += 1
         try:
             written = await super().aput_tool_result(thread_id, key, record)
         except SerializationError:  # the value cannot be stored: the runtime records an error result instead
@@ -48,6 +50,8 @@ class RecordingCheckpointer(DelegatingCheckpointer):
         except Exception:
             self.log.write(Entry(thread_id, key, "record_failed", tool, cond=RECORD_FAILED))
             raise
+        finally:
+            self.writing -= 1
         self.log.write(Entry(thread_id, key, "recorded", tool, fp))
         return written
 
@@ -68,12 +72,15 @@ class RecordingCheckpointer(DelegatingCheckpointer):
             begun = _record_entry(thread_id, key, record, group=len(records))
             entries.append((key, begun.tool, begun.fp, begun.error))
             self.log.write(begun)
+        self.writing += 1
         try:
             written = await self.inner.aput_tool_results(thread_id, records)
         except Exception:
             for key, tool, _, _ in entries:
                 self.log.write(Entry(thread_id, key, "record_failed", tool, cond=RECORD_FAILED))
             raise
+        finally:
+            self.writing -= 1
         for (key, tool, fp, _), outcome in zip(entries, written, strict=True):
             if not isinstance(outcome, SerializationError):
                 self.log.write(Entry(thread_id, key, "recorded", tool, fp))

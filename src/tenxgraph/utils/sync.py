@@ -152,34 +152,76 @@ os.register_at_fork(after_in_child=_forget_loop_after_fork)
 _busy: list[None] = []
 _waiters: list[None] = []
 _idle = threading.Condition()
+_worker = threading.local()  # .loop: the event loop whose to_thread call the current thread is running
+
+
+class _Handed:
+    """One :func:`to_thread` call, counted from the moment it is handed to the executor: it either begins in its
+    thread or is abandoned (cancelled before it began), never both."""
+
+    __slots__ = ("lock", "state")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.state = "handed"
+
+    def settle(self, to: str) -> bool:
+        with self.lock:
+            if self.state != "handed":
+                return False
+            self.state = to
+            return True
 
 
 async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """``asyncio.to_thread`` for sync tools and nodes, counting threads that are running them.
+    """``asyncio.to_thread`` for sync tools and nodes, counting threads that are running them (from the moment a
+    call is handed to the executor: one whose thread has not started yet counts too).
 
     A cancelled call's thread cannot be stopped and keeps running; :func:`wait_threads_idle` lets a caller
     (the crash-matrix harness before it forks) wait until no such thread is inside user code or a driver."""
+    loop = asyncio.get_running_loop()
+    handed = _Handed()
+    _busy.append(None)
 
     def counted() -> T:
-        _busy.append(None)
+        if not handed.settle("begun"):  # cancelled before it began: it never runs
+            raise asyncio.CancelledError
+        _worker.loop = loop
         try:
             return fn(*args, **kwargs)
         finally:
-            _busy.pop()
-            if _waiters:
-                with _idle:
-                    _idle.notify_all()
+            _worker.loop = None
+            _done()
 
-    return await asyncio.to_thread(counted)
+    try:
+        return await asyncio.to_thread(counted)
+    except BaseException:
+        if handed.settle("abandoned"):
+            _done()
+        raise
 
 
-def wait_threads_idle(timeout: float) -> bool:
-    """Wait until no thread started by :func:`to_thread` is running; False if *timeout* seconds passed first."""
+def _done() -> None:
+    _busy.pop()
+    if _waiters:
+        with _idle:
+            _idle.notify_all()
+
+
+def calling_loop() -> asyncio.AbstractEventLoop | None:
+    """Inside a :func:`to_thread` call: the event loop that made it (the harness's crash in a tool body uses it
+    to let the loop catch up first); else None."""
+    return getattr(_worker, "loop", None)
+
+
+def wait_threads_idle(timeout: float, leave: int = 0) -> bool:
+    """Wait until no thread started by :func:`to_thread` is running (at most *leave*: 1 from inside such a
+    call, which counts itself); False if *timeout* seconds passed first."""
     deadline = time.monotonic() + timeout
     _waiters.append(None)
     try:
         with _idle:
-            while _busy:
+            while len(_busy) > leave:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
