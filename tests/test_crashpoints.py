@@ -185,3 +185,24 @@ def test_a_bad_crash_spec_in_the_environment_is_a_clear_error_at_import(spec: st
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("tenxgraph.errors.ConfigError: TENXGRAPH_CRASH_AT=") and message in last
     assert "unset TENXGRAPH_CRASH_AT to run without fault injection" in last
+
+
+def test_the_harness_waits_on_descriptors_numbered_past_selects_limit() -> None:
+    """A long matrix's process may hold more than 1024 descriptors; the harness's waits on its children's pipes
+    use poll, which takes them (select raises ValueError for one)."""
+    import select
+
+    from pytest_replaysafe.run.procs import wait_readable
+
+    read, write = os.pipe()
+    high = 1500
+    try:
+        os.dup2(read, high)
+        assert wait_readable([high], 0.01) == set()
+        os.write(write, b"p")
+        assert wait_readable([high], 1.0) == {high}
+        with pytest.raises(ValueError):
+            select.select([high], [], [], 0)
+    finally:
+        for fd in (read, write, high):
+            os.close(fd)

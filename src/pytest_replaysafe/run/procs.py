@@ -50,6 +50,15 @@ def fork_child(body: Callable[[], int], failure: Path) -> int:
     return pid
 
 
+def wait_readable(fds: list[int], timeout: float) -> set[int]:
+    """Those of *fds* that became readable (or hung up) within *timeout* seconds: ``poll``, which, unlike
+    ``select``, takes a descriptor numbered past 1024 (a long matrix's process may hold that many)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return {fd for fd, _ in poller.poll(timeout * 1000)}
+
+
 def child_timeout() -> float:
     return float(os.environ.get("REPLAYSAFE_CHILD_TIMEOUT") or CHILD_TIMEOUT_S)
 
@@ -60,9 +69,7 @@ def wait_child(pid: int, timeout: float | None = None) -> int | None:
     timeout = child_timeout() if timeout is None else timeout
     fd = os.pidfd_open(pid)
     try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        if not poller.poll(timeout * 1000):
+        if not wait_readable([fd], timeout):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return None

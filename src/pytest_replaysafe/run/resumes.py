@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -26,7 +25,14 @@ from typing import Any
 
 from pytest_replaysafe.run.langgraph_app import LangGraphApp
 from pytest_replaysafe.run.modes import RESUME_LOCK_TIMEOUT_S, Hit, InProcess, Mode, Runner, SigKill, Stream, arm_resume
-from pytest_replaysafe.run.procs import HarnessError, child_timeout, describe_status, fork_child, wait_child
+from pytest_replaysafe.run.procs import (
+    HarnessError,
+    child_timeout,
+    describe_status,
+    fork_child,
+    wait_child,
+    wait_readable,
+)
 
 #: Windows at which no tool call is in flight: a run that takes the thread over may finish it (elsewhere a takeover
 #: runs an in-flight call again, the in-flight gap of a lost lock, not what a contest judges).
@@ -85,8 +91,7 @@ class _Children:
         def a() -> str:
             def pause(name: str, n: int) -> None:
                 os.write(paused_w, b"p")
-                ready, _, _ = select.select([go_r], [], [], child_timeout())
-                if not ready:
+                if not wait_readable([go_r], child_timeout()):
                     raise HarnessError("resumer A was never told to go on")
 
             crashpoints.arm(window[0], window[1], pause)
@@ -104,7 +109,7 @@ class _Children:
             os.close(paused_w)
             fd = os.pidfd_open(pid)
             try:
-                ready, _, _ = select.select([paused_r, fd], [], [], child_timeout())
+                ready = wait_readable([paused_r, fd], child_timeout())
             finally:
                 os.close(fd)
             paused = paused_r in ready and os.read(paused_r, 1) == b"p"
