@@ -399,3 +399,28 @@ def test_under_ainvoke_too_the_harness_order_holds_for_replay_safe_tool_node() -
     finally:
         remove()
     assert [k.split(":")[-1] for keys in ledger.keys for k in keys] == ["c2", "c1", "c0"]
+
+
+def test_a_batch_that_fails_leaves_no_call_error_unretrieved(caplog: pytest.LogCaptureFixture) -> None:
+    """Two calls fail at once: the first error is raised with the other noted on it, and asyncio has nothing to
+    log as "never retrieved" when the tasks are collected (it would log from whatever thread collects them, and
+    a traceback formatted in another thread while pytest formats one trips CPython 3.11's AST depth check)."""
+    import gc
+    import logging
+
+    from tenxgraph.core.graph.utils.record_batch import gather_calls
+    from tenxgraph.utils.sync import run_sync
+
+    async def fails(message: str) -> None:
+        raise RuntimeError(message)
+
+    async def main() -> None:
+        jobs = [asyncio.ensure_future(fails("first")), asyncio.ensure_future(fails("second"))]
+        with pytest.raises(RuntimeError, match="first") as raised:
+            await gather_calls(jobs)
+        assert raised.value.__notes__ == ["another call of the batch failed too: RuntimeError: second"]
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        run_sync(main())
+        gc.collect()
+    assert "never retrieved" not in caplog.text

@@ -111,18 +111,28 @@ class RecordBatch:
 async def gather_calls(
     jobs: list[asyncio.Task[T]],
 ) -> list[T]:
-    """Wait for all calls; if one dies with a BaseException (a crash), stop the others as a dying process would."""
+    """Wait for all calls; if one dies with a BaseException (a crash), stop the others as a dying process would.
+    Every call's exception is retrieved: the first is raised, another call's is noted on it (``__notes__``), none
+    is left for asyncio to log when its task is collected (which it does in whatever thread collects it)."""
     if not jobs:
         return []
+    raised: BaseException | None = None
     try:
         await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
         for job in jobs:
-            if job.done() and not job.cancelled() and job.exception() is not None:
-                raise job.exception()  # type: ignore[misc]
+            if job.done() and not job.cancelled() and (raised := job.exception()) is not None:
+                raise raised
         return [job.result() for job in jobs]
+    except BaseException as exc:  # (this wait itself cancelled, or a call's error on its way up)
+        raised = exc
+        raise
     finally:
         pending = [job for job in jobs if not job.done()]
         for job in pending:
             job.cancel()
         if pending:
             await asyncio.wait(pending)
+        for job in jobs:
+            other = job.exception() if not job.cancelled() else None
+            if other is not None and other is not raised and raised is not None:
+                raised.add_note(f"another call of the batch failed too: {type(other).__name__}: {other}")
