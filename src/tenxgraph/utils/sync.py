@@ -165,7 +165,7 @@ class _Handed:
         self.lock = threading.Lock()
         self.state = "handed"
 
-    def settle(self, to: str) -> bool:
+    def mark(self, to: str) -> bool:
         with self.lock:
             if self.state != "handed":
                 return False
@@ -184,7 +184,7 @@ async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     _busy.append(None)
 
     def counted() -> T:
-        if not handed.settle("begun"):  # cancelled before it began: it never runs
+        if not handed.mark("begun"):  # cancelled before it began: it never runs
             raise asyncio.CancelledError
         _worker.loop = loop
         try:
@@ -196,7 +196,7 @@ async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     try:
         return await asyncio.to_thread(counted)
     except BaseException:
-        if handed.settle("abandoned"):
+        if handed.mark("abandoned"):
             _done()
         raise
 

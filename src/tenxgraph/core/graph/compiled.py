@@ -265,7 +265,7 @@ class _Run(Generic[S]):
             if pending:
                 return  # still waiting: nothing runs, nothing is written
             meta.status = "running"  # every answer is in: a crash from here on is a crash mid-run (recovery's)
-            await self._write([], next((m for m in reversed(self.state.messages) if m.tool_calls), None))
+            await self._write([], self.state.last_assistant)
         elif meta.status in ("running", "error") and meta.current_node not in (None, END):
             emit_event("run_resumed", logging.INFO, thread_id=tid, node=meta.current_node, status=meta.status)
             self.resuming = True

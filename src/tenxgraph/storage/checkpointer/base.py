@@ -301,7 +301,6 @@ def encode_messages(messages: Iterable[Message]) -> list[tuple[str, str]]:
     return [(m.message_id, dumps(m.to_dict(), f"message {m.message_id}")) for m in messages]
 
 
-Keys = Sequence[str]
 #: Between attempts at a busy thread's run lock: 5 ms, doubled each time, at most 0.1 s (or the holder's lease).
 BUSY_BACKOFF = Backoff(0.005, 2.0, 0.1)
 
@@ -315,7 +314,12 @@ class RunLockSession:
     thread_id: str
 
     async def write(
-        self, values: dict[str, JSON], *, expected_version: int, new_messages: Sequence[Message], ledger_keys: Keys = ()
+        self,
+        values: dict[str, JSON],
+        *,
+        expected_version: int,
+        new_messages: Sequence[Message],
+        ledger_keys: Sequence[str] = (),
     ) -> int:
         """The run's state write, fenced: :class:`RunLockLostError` (nothing written) once the lock is another
         run's; else :meth:`BaseCheckpointer.aput_thread`'s compare-and-swap, and the new version. *ledger_keys*:
