@@ -11,6 +11,7 @@ and drops a schema of its own and deletes only its own Redis keys."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -86,8 +87,9 @@ class Fleet:
 
 
 def post(ports: list[int], first: int, thread: str) -> float | None:
-    """One run, never retried once a server took it: its latency, or None if the server died under it. A
-    refused connection (a server down, restarting) goes to the next server: that run never started."""
+    """One run, never retried once a server took it: its latency, or None if the server died under it (the
+    connection reset, or the response cut before its status line or in its body). A refused connection (a server
+    down, restarting) goes to the next server: that run never started."""
     body = json.dumps({"messages": [{"role": "user", "text": "refund 1042", "message_id": f"m-{thread}"}]})
     for attempt in range(30):
         port = ports[(first + attempt) % len(ports)]
@@ -104,8 +106,8 @@ def post(ports: list[int], first: int, thread: str) -> float | None:
                 time.sleep(0.1)
                 continue
             return None
-        except (ConnectionError, OSError):
-            return None
+        except (ConnectionError, OSError, http.client.HTTPException):
+            return None  # cut by chaos: reset, or a response cut mid-body (IncompleteRead) or mid-status line
         return time.perf_counter() - started
     return None
 
