@@ -29,15 +29,16 @@ def test_scenario_runs_with_and_without_the_ledger() -> None:
 def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> None:
     """Statements: run lock and lease claim (one statement) + unlock, thread read, message read, the new thread's
     start, 3 advances, 1 ledger read (one tool node): 9, plus BEGIN, the lease's release and COMMIT around the last
-    advance (one transaction: the lease costs no commit of its own), BEGIN and COMMIT around the advance the ledger
-    read goes behind (the write commits before the read runs); then one per ledger write: 1 when the two
+    advance (one transaction: the lease costs no commit of its own); then one per ledger write: 1 when the two
     calls return together (group commit), 2 when apart (the scenario's sync tools finish in threads, so which one
-    happens is up to the scheduler). Round trips: 4 plus the ledger writes, 5 when the calls return together; the
+    happens is up to the scheduler). Round trips: 5 plus the ledger writes, 6 when the calls return together; the
     lock travels with the thread and message reads and the new thread's start (written under the lease claimed in
-    the same transaction), the tool node's ledger read with the write of the assistant message (pipelined behind
-    it, on the lock's connection), and the unlock with the last advance (pipelined after its COMMIT). The durable
-    facts a run needs, each once: the lock with the start, the assistant message before its calls run, each group
-    of records as the calls return, the tool node's advance, the last advance with the unlock."""
+    the same transaction), and the unlock with the last advance (pipelined after its COMMIT). The tool node's
+    ledger read is a round trip of its own, made after the points where the thread may change hands (a read that
+    rode on the write of the assistant message answered for a time before them: a run that took the thread over
+    meanwhile had its records hidden, and the calls ran twice). The durable facts a run needs, each once: the lock
+    with the start, the assistant message before its calls run, the ledger read, each group of records as the
+    calls return, the tool node's advance, the last advance with the unlock."""
     from tests.test_group_commit import CountingWrites
 
     cp = bench.make_pg(pg_dsn, pg_schema, counting=True)
@@ -49,17 +50,17 @@ def test_postgres_round_trips_per_refund_run(pg_dsn: str, pg_schema: str) -> Non
     for _ in range(3):
         run()
     assert sum(counting.writes) == 3 * 2 and len(counting.writes) in range(3, 7)  # 2 records per run, 1-2 writes
-    assert bench.RoundTrips.statements == 3 * 14 + len(counting.writes)
-    assert bench.RoundTrips.count == 3 * 4 + len(counting.writes)
+    assert bench.RoundTrips.statements == 3 * 12 + len(counting.writes)
+    assert bench.RoundTrips.count == 3 * 5 + len(counting.writes)
     bench.close_pg(cp)
 
 
 def test_an_approval_pause_and_its_resume_round_trips(pg_dsn: str, pg_schema: str) -> None:
-    """The paused run: the lock with the start, the assistant message (the tool node's ledger read behind it), the
-    pause with the unlock (its last write): 3. The resume: the lock with the thread's reads and the Resume's
-    decisions (read behind the lock), the decisions' record, the status write (the tool node's ledger read behind
-    it), its record(s), two advances (the last with the unlock): 4 plus the ledger writes. In all 4 more than the
-    same run without the approval (4 plus its record writes)."""
+    """The paused run: the lock with the start, the assistant message, the tool node's ledger read, the pause with
+    the unlock (its last write): 4. The resume: the lock with the thread's reads and the Resume's decisions (read
+    behind the lock), the decisions' record, the status write, the tool node's ledger read, its record(s), two
+    advances (the last with the unlock): 5 plus the ledger writes. In all 4 more than the same run without the
+    approval (5 plus its record writes)."""
     from benchmarks import scenario
     from tenxgraph import ReactAgent, Reply, Resume, ScriptedModel, tool
     from tests.test_group_commit import CountingWrites
@@ -72,12 +73,12 @@ def test_an_approval_pause_and_its_resume_round_trips(pg_dsn: str, pg_schema: st
     app.invoke(scenario.tenxgraph_input(), {"thread_id": "warm"})  # (schema setup)
     bench.RoundTrips.reset()
     paused = app.invoke(scenario.tenxgraph_input(), {"thread_id": "measured"})
-    assert paused.status == "interrupted" and bench.RoundTrips.count == 3
+    assert paused.status == "interrupted" and bench.RoundTrips.count == 4
     bench.RoundTrips.reset()
     counting.writes.clear()
     done = app.invoke(Resume({i.id: True for i in paused.interrupts}), {"thread_id": "measured"})
     assert done.status == "done" and counting.writes[0] == 1  # the decision, then the tool node's 1-2 groups
-    assert len(counting.writes) in (2, 3) and bench.RoundTrips.count == 4 + len(counting.writes)
+    assert len(counting.writes) in (2, 3) and bench.RoundTrips.count == 5 + len(counting.writes)
     bench.close_pg(cp)
 
 
@@ -97,8 +98,8 @@ def test_in_doubt_opt_in_costs_one_statement_per_call(pg_dsn: str, pg_schema: st
     bench.RoundTrips.reset()
     counting.writes.clear()
     app.invoke(scenario.tenxgraph_input(), {"thread_id": "measured"})
-    assert bench.RoundTrips.statements == 14 + len(counting.writes) + 2  # the plain run's, plus one intent per call
-    assert bench.RoundTrips.count == 4 + len(counting.writes) + 2
+    assert bench.RoundTrips.statements == 12 + len(counting.writes) + 2  # the plain run's, plus one intent per call
+    assert bench.RoundTrips.count == 5 + len(counting.writes) + 2
     bench.close_pg(cp)
 
 
@@ -124,7 +125,7 @@ def test_a_turn_of_an_existing_thread_reads_its_messages_in_the_locks_round_trip
     first = turn(graph, "t", 1)  # a new thread: its (missing) row read, its start written, with the lock
     second = turn(graph, "t", 2)  # the graph knows the thread: the lock reads its state and messages
     cold = turn(app(cp), "t", 3)  # a new graph object: reads the whole log, still in the lock's round trip
-    assert first == (5, 15) and second == (6, 15) and cold == (6, 16), (first, second, cold)
+    assert first == (6, 13) and second == (7, 13) and cold == (7, 14), (first, second, cold)
     assert [m.text for m in graph.get_state("t").messages if m.role == "user"] == [  # type: ignore[union-attr]
         f"where is order {n}?" for n in (1, 2, 3)
     ]

@@ -28,7 +28,6 @@ from tenxgraph.core.graph.message_cache import MessageCache
 from tenxgraph.core.graph.pauses import asked_of, decision_keys, load_decisions, record_decisions, waiting
 from tenxgraph.core.graph.results import RunResult, StreamEvent
 from tenxgraph.core.graph.streaming import RunStream, StreamMode, parse_modes, stream_run, sync_events, sync_stream
-from tenxgraph.core.graph.utils.invoke_node_handler import call_keys
 from tenxgraph.core.tools.config import RunConfig
 from tenxgraph.core.tools.context import RunContext, running_node
 from tenxgraph.core.tools.interrupts import GraphInterrupt, Interrupt, Pauses, Resume
@@ -265,7 +264,7 @@ class _Run(Generic[S]):
             if pending:
                 return  # still waiting: nothing runs, nothing is written
             meta.status = "running"  # every answer is in: a crash from here on is a crash mid-run (recovery's)
-            await self._write([], self.state.last_assistant)
+            await self._write([])
         elif meta.status in ("running", "error") and meta.current_node not in (None, END):
             emit_event("run_resumed", logging.INFO, thread_id=tid, node=meta.current_node, status=meta.status)
             self.resuming = True
@@ -304,12 +303,10 @@ class _Run(Generic[S]):
                 )
         return list(fresh.values())
 
-    async def _write(self, messages: list[Message], calls: Message | None = None) -> None:
-        """The state with *messages* added; the ledger read of their calls (or of *calls*', a stored message a
-        paused tool node runs again) may go with it (the tool node's read, next)."""
-        keys = [key for m in (*messages, *([calls] if calls else [])) for key in call_keys(m) if key]
-        self.version = await self.session.write(  # fenced: never a write without the thread's lock
-            self.state.values_dict(), expected_version=self.version, new_messages=messages, ledger_keys=keys
+    async def _write(self, messages: list[Message]) -> None:
+        """The state with *messages* added (fenced: never a write without the thread's lock)."""
+        self.version = await self.session.write(
+            self.state.values_dict(), expected_version=self.version, new_messages=messages
         )
 
     def stage(self, messages: list[Message], values: dict[str, Any]) -> tuple[dict[str, JSON], list[Message]] | None:

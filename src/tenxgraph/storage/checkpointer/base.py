@@ -203,12 +203,6 @@ class BaseCheckpointer(ABC):
         (some of) *keys* (the decisions a ``Resume`` brings). A checkpointer may read them in the lock's own round
         trip and answer that first read from it (PostgreSQL does). The default does nothing."""
 
-    def read_ledger_with_next_write(self, thread_id: str, keys: Sequence[str]) -> None:
-        """A hint from the run loop, holding *thread_id*'s run lock: its next state write adds an assistant message
-        whose calls' ledger *keys* are read next (the tool node's check). A checkpointer may read them in that
-        write's round trip, after it, and answer the next ledger read from it if that asks for no other key
-        (PostgreSQL does). The default does nothing."""
-
     def release_lock_with_next_write(self, thread_id: str) -> None:
         """A hint from the run loop: the next state write of *thread_id* is the last one of a run that holds its
         run lock. A checkpointer may release the lock in the same round trip, after the write (PostgreSQL
@@ -319,14 +313,12 @@ class RunLockSession:
         *,
         expected_version: int,
         new_messages: Sequence[Message],
-        ledger_keys: Sequence[str] = (),
     ) -> int:
         """The run's state write, fenced: :class:`RunLockLostError` (nothing written) once the lock is another
-        run's; else :meth:`BaseCheckpointer.aput_thread`'s compare-and-swap, and the new version. *ledger_keys*:
-        the ledger read that comes next (:meth:`BaseCheckpointer.read_ledger_with_next_write`)."""
+        run's; else :meth:`BaseCheckpointer.aput_thread`'s compare-and-swap, and the new version. No ledger read
+        rides on it: the tool node reads the ledger after the points where the thread may change hands (a read
+        answered from this write's round trip missed the records of a run that took the thread in between)."""
         await self.checkpointer.acheck_run_lock(self.thread_id)
-        if ledger_keys:
-            self.checkpointer.read_ledger_with_next_write(self.thread_id, ledger_keys)
         return await self.checkpointer.aput_thread(
             self.thread_id, values, expected_version=expected_version, new_messages=new_messages
         )

@@ -104,9 +104,6 @@ class DelegatingCheckpointer(BaseCheckpointer):
     def read_ledger_with_lock(self, thread_id: str, keys: Sequence[str]) -> None:
         self.inner.read_ledger_with_lock(thread_id, keys)
 
-    def read_ledger_with_next_write(self, thread_id: str, keys: Sequence[str]) -> None:
-        self.inner.read_ledger_with_next_write(thread_id, keys)
-
     def release_lock_with_next_write(self, thread_id: str) -> None:
         self.inner.release_lock_with_next_write(thread_id)
 

@@ -187,7 +187,6 @@ class PgCheckpointer(CacheMethods, BaseCheckpointer):
     ) -> int:
         check_thread_id(thread_id)
         made = self._first_reads.started(thread_id, expected_version, values, new_messages)  # (sent with the lock)
-        ledger_keys = self._first_reads.take_ledger_after_write(thread_id)  # (read behind this write: the tools')
         self._first_reads.forget(thread_id)  # a read made before this write is no longer the state
         if made is not None:
             return made
@@ -203,18 +202,11 @@ class PgCheckpointer(CacheMethods, BaseCheckpointer):
         async def op(conn: psycopg.AsyncConnection[Any]) -> int:
             nonlocal attempts
             attempts += 1
-            keep = None
             if self._locks.last_write_releases(thread_id, conn):  # one round trip: the write, then the release
                 cur = await self._locks.write_and_release(conn, thread_id, query, params)
-            elif ledger_keys and conn is self._locks.conns.get(thread_id):  # the tool node's ledger read behind it
-                cur, keep = await self._first_reads.write_then_read_ledger(
-                    conn, thread_id, (query, params), ledger_keys, self._q["get_results"]
-                )
             else:
                 cur = await conn.execute(query, params)
             if (row := await cur.fetchone()) is not None:
-                if keep is not None:
-                    await keep()
                 return int(row[0])
             cur = await conn.execute(self._q["get_thread"], (thread_id,))
             stored = await cur.fetchone()
@@ -414,9 +406,6 @@ class PgCheckpointer(CacheMethods, BaseCheckpointer):
 
     def read_ledger_with_lock(self, thread_id: str, keys: Sequence[str]) -> None:
         self._first_reads.plan_ledger(thread_id, keys)  # (behind the lock, in its round trip: .pg_first_reads)
-
-    def read_ledger_with_next_write(self, thread_id: str, keys: Sequence[str]) -> None:
-        self._first_reads.plan_ledger_after_write(thread_id, keys)  # (behind that write, on the lock's connection)
 
     def holds_thread(self, thread_id: str) -> bool:
         """Whether a run of this checkpointer holds *thread_id*'s lease right now (taken, not yet released: a

@@ -12,26 +12,19 @@ And ledger records the run will read first (``hold_run_lock(ledger_keys=...)``: 
 brings): read behind the lock, they answer the run's first ledger read if it asks for no other key. Any ledger
 read or write of the thread forgets them.
 
-And the tool node's ledger read after a model turn (``read_ledger_with_next_write``): pipelined behind the state
-write that adds the assistant message, on the lock's connection, it answers the tool node's read the same way. It
-is read, not assumed empty: a record of that message written earlier (an input message re-sent, a node that ran
-the calls itself) is found; after it, only a run holding the thread's lease could write one, and none does before
-the tool node reads (a ledger write forgets the read as above)."""
+No ledger read rides on a later state write: the tool node reads the ledger itself, after the points where the
+thread may change hands (a run that took it over meanwhile may have recorded the calls; a read answered from the
+write's round trip would not show them, and the calls would run again)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
 
 import psycopg
-from psycopg.pq import ExecStatus, TransactionStatus
 
 from tenxgraph.state.messages import JSON, Message
 from tenxgraph.storage.checkpointer.base import MessagesAfter, ThreadSnapshot
-from tenxgraph.utils.constants import LOGGER_NAME
-
-log = logging.getLogger(LOGGER_NAME)
 
 #: A new thread's start sent with the lock: its values, its messages' ids, and the version it made (None: not
 #: written, the thread existed or the lease was not claimed).
@@ -53,7 +46,6 @@ class FirstReadsWithLock:
         self._start_hint: dict[str, tuple[dict[str, JSON], tuple[str, ...], str, str]] = {}
         self._started: dict[str, Started] = {}
         self._ledger_hint: dict[str, list[str]] = {}
-        self._ledger_after_write: dict[str, list[str]] = {}
         self._ledger: dict[str, Ledger] = {}
 
     def plan(self, thread_id: str, messages_after: int) -> None:
@@ -70,46 +62,6 @@ class FirstReadsWithLock:
         """The ledger records the run will read first (its keys)."""
         if keys:
             self._ledger_hint[thread_id] = list(dict.fromkeys(keys))
-
-    def plan_ledger_after_write(self, thread_id: str, keys: Sequence[str]) -> None:
-        """The ledger records the run will read right after its next state write (its keys)."""
-        self._ledger_after_write[thread_id] = list(dict.fromkeys(keys))
-
-    def take_ledger_after_write(self, thread_id: str) -> list[str] | None:
-        """The keys planned for the state write about to be made (taken: they go with this write or not at all)."""
-        return self._ledger_after_write.pop(thread_id, None)
-
-    async def write_then_read_ledger(
-        self, conn: psycopg.AsyncConnection[Any], thread_id: str, write: tuple[str, Any], keys: list[str], sql: str
-    ) -> tuple[psycopg.AsyncCursor[Any], Callable[[], Awaitable[None]] | None]:
-        """The state *write* on *conn* (the lock's), with the ledger read of *keys* pipelined behind it: one round
-        trip. Returns the write's cursor and what keeps the read, to be called once the write is known made (None:
-        the read failed). The write commits before the read runs (a pipeline's statements are otherwise one
-        transaction, and a read that failed would undo the write): a failed read leaves the write made and nothing
-        kept, and the tool node's own read meets the failure as the documented behaviour says."""
-        cur = committed = None
-        try:
-            async with conn.pipeline():
-                await conn.execute("BEGIN")
-                cur = await conn.execute(*write)
-                committed = await conn.execute("COMMIT")
-                recorded = await conn.execute(sql, (thread_id, keys))
-        except psycopg.Error as exc:
-            if conn.broken or conn.closed:
-                raise
-            result = committed.pgresult if committed is not None else None
-            if cur is None or result is None or result.status != ExecStatus.COMMAND_OK:  # the write or COMMIT failed
-                if conn.info.transaction_status == TransactionStatus.INERROR:
-                    await conn.execute("ROLLBACK")  # (the failed transaction ends: nothing of the write stays)
-                raise
-            log.warning("thread %r: the ledger read behind its state write failed (%s: %s); the tool node reads "
-                        "again", thread_id, type(exc).__name__, exc)  # fmt: skip
-            return cur, None
-
-        async def keep() -> None:
-            self._ledger[thread_id] = (frozenset(keys), {row[0]: row[1] for row in await recorded.fetchall()})
-
-        return cur, keep
 
     def reader(
         self, thread_id: str, queries: dict[str, str]
@@ -196,7 +148,6 @@ class FirstReadsWithLock:
         self._messages.pop(thread_id, None)
         self._started.pop(thread_id, None)
         self._ledger.pop(thread_id, None)
-        self._ledger_after_write.pop(thread_id, None)
 
 
 def messages_after(found: list[Any]) -> MessagesAfter:
