@@ -449,6 +449,34 @@ def idempotency_key_without_message_id() -> None:
     handler.ToolCallInfo.idempotency_key = property(key)  # type: ignore[method-assign,assignment]
 
 
+def ledger_read_rides_on_write() -> None:
+    """The tool node's ledger read is answered from a read made in the round trip of the state write before it (the
+    write that adds the assistant message, or a Resume's status write): a saved round trip that crosses the points
+    where the thread may change hands, so a run that took the thread over meanwhile has its records hidden (the
+    duplicate the crash matrix found on main: issue #48)."""
+    original_write = compiled._Run._write
+    original_read = handler._read_ledger
+    early: dict[str, tuple[set[str], dict[str, Any]]] = {}
+
+    async def write(self: Any, messages: Any) -> None:
+        await original_write(self, messages)
+        message = self.state.last_assistant
+        keys = [k for k in handler.call_keys(message) if k] if message is not None and message.tool_calls else []
+        if keys:
+            tid = self.cfg.thread_id
+            early[tid] = (set(keys), await self.graph.checkpointer.aget_tool_results(tid, keys))
+
+    async def read(batch: Any, calls: Any) -> dict[str, Any]:
+        keys = {k for c in calls for k in (c.key, c.intent_key) if k is not None}
+        found = early.pop(batch.thread_id, None)
+        if found is not None and keys and keys <= found[0]:
+            return {k: v for k, v in found[1].items() if k in keys}
+        return await original_read(batch, calls)
+
+    compiled._Run._write = write  # type: ignore[method-assign]
+    handler._read_ledger = read
+
+
 def resume_raises_unrelated() -> None:
     """A resume fails with an error unrelated to replay safety (an AttributeError as the run resumes): no promise
     is broken, but no thread can be finished after a crash. Its cells are ``resume_failed``, not violations."""
@@ -493,6 +521,7 @@ MUTANTS: dict[str, Callable[[], None]] = {
         prune_deletes_resumable,
         idempotency_key_without_message_id,
         resume_raises_unrelated,
+        ledger_read_rides_on_write,
     )
 }
 #: Mutants that need a dimension beyond one crash in one seeded order to be seen for sure.

@@ -122,7 +122,7 @@ def test_a_default_matrix_reaches_groups_windows_and_resume_paths(tmp_path: Path
     assert set(cov["largest_record_group"]) == set(_durable_backends().split(","))
     for dimension in ("crash_points", "resume_paths", "lock_windows"):
         assert cov[dimension]["not_reached"] == [], (dimension, cov[dimension])
-    assert "coverage of this matrix" in out and "lock windows     8 of 8" in out
+    assert "coverage of this matrix" in out and "lock windows     9 of 9" in out
     assert {c["order"] for c in data["cells"]} == {0, 1}  # single file, and together
 
 
@@ -172,6 +172,6 @@ def test_the_coverage_section_is_in_every_report(tmp_path: Path, fmt: str) -> No
     assert code == 0 and "coverage" in data
     text = path.read_text()
     if fmt == "markdown":
-        assert "Coverage of this matrix" in text and "- lock windows     0 of 8; not reached: run.before_node" in text
+        assert "Coverage of this matrix" in text and "- lock windows     0 of 9; not reached: run.before_node" in text
     else:
         assert '"coverage":' in text and "renderCoverage" in text

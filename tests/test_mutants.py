@@ -50,6 +50,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     "prune_deletes_resumable": ("violation", "executed 2 times"),
     "idempotency_key_without_message_id": ("violation", "were given the same idempotency key"),
     "resume_raises_unrelated": ("resume_failed", "AttributeError"),
+    "ledger_read_rides_on_write": ("violation", "executed 2 times"),
 }
 
 #: The mutants whose matrices take longest, longest first (seconds, 2 at a time on a slow 2-core machine: 13, 11,

@@ -65,8 +65,8 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
     write(pytester, PROTECTED)
     result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "--crash-seed=7", "-v")
     # 3 points x (memory: inprocess, stream + n/a sigkill; sqlite: inprocess, sigkill, stream) + sqlite's budgeted
-    # cells: a contest at each of 8 lock windows, a recovery, a prune
-    result.assert_outcomes(passed=25, skipped=3)
+    # cells: a contest at each of 9 lock windows, a recovery, a prune
+    result.assert_outcomes(passed=26, skipped=3)
     result.stdout.fnmatch_lines(
         [
             "*test_refund?tool.after_record-sqlite-sigkill? PASSED*",
@@ -91,11 +91,11 @@ def test_protected_tool_matrix_with_json_report(pytester: pytest.Pytester) -> No
     assert streamed and {c["outcome"] for c in streamed} == {"protected"}  # streaming is no longer a gap
     before_node = [c for c in data["cells"] if c["point"] == "run.before_node" and c["backend"] == "sqlite"]
     assert sorted({c["hit"] for c in before_node}) == [1, 2, 3]  # MAIN, TOOL, MAIN: one cell per hit
-    assert data["summary"]["protected"] == 5 * (1 + 3 + 3) + 10 and data["summary"]["violation"] == 0  # hits/point
+    assert data["summary"]["protected"] == 5 * (1 + 3 + 3) + 11 and data["summary"]["violation"] == 0  # hits/point
     contest = [c for c in data["cells"] if c["mode"] == "concurrent"]
-    assert [(c["point"], c["backend"], c["hit"], c["outcome"]) for c in contest] == 8 * [
-        ("run.before_node", "sqlite", 2, "protected")
-    ]
+    assert sorted((c["point"], c["backend"], c["hit"], c["outcome"]) for c in contest) == [
+        ("run.before_node", "sqlite", 1, "protected")  # ledger_read_after_turn: crashed at the first node
+    ] + 8 * [("run.before_node", "sqlite", 2, "protected")]
     assert sorted(c["coverage"]["window"] for c in contest) == sorted(LOCK_WINDOWS)  # one contest per lock window
     assert data["summary"]["not_applicable"] == 3
     cell = after_record[0]
@@ -131,7 +131,7 @@ def test_refund(crash_run, effects):
 """,
     )
     result = run(pytester, "--crash-matrix", "--crash-report=matrix.json", "-rx")
-    result.assert_outcomes(xfailed=20, skipped=4, passed=10)  # 4 points x 5 columns; memory/sigkill n/a; budgeted
+    result.assert_outcomes(xfailed=20, skipped=4, passed=11)  # 4 points x 5 columns; memory/sigkill n/a; budgeted
     result.stdout.fnmatch_lines(["*known gap after_return*", "*known gap in_flight*"])
     data = report(pytester, result)
     gaps = {(c["point"], c["gap"]) for c in data["cells"] if c["outcome"] == "known_gap"}
@@ -185,9 +185,9 @@ def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) ->
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=amnesiac,sqlite", "--crash-report=matrix.json"
     )
-    # 3 modes x 2 points + 10 budgeted cells, per backend: on the amnesiac one every crashed cell whose resume finds
-    # a record fails (6), and so do the budgeted cells whose resume replays one: 3 takeovers by a contest, 1 prune
-    result.assert_outcomes(passed=22, failed=10)
+    # 3 modes x 2 points + 11 budgeted cells, per backend: on the amnesiac one every crashed cell whose resume finds
+    # a record fails (6), and so do the budgeted cells whose resume replays one: 4 takeovers by a contest, 1 prune
+    result.assert_outcomes(passed=23, failed=11)
     result.stdout.fnmatch_lines(
         [
             "VIOLATION test_refund at * hit ?, amnesiac/*: refund_order ran 2 times",
@@ -198,7 +198,7 @@ def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) ->
     section = result.stdout.str().split("replaysafe crash matrix", 1)[1].split("short test summary info")[0]
     section = section.splitlines()[1:-1]
     failures = [line for line in section if line.startswith("VIOLATION ")]
-    assert len(failures) == 10  # one per failing cell (hit), never cut: the tool and its count are in it
+    assert len(failures) == 11  # one per failing cell (hit), never cut: the tool and its count are in it
     for line in section:
         assert len(line) <= 100 or line.startswith("    repro: pytest "), line
     for i, line in enumerate(section):
@@ -208,7 +208,7 @@ def test_a_broken_ledger_is_reported_as_violations(pytester: pytest.Pytester) ->
             assert next(s for s in section[i + 1 :] if not s.startswith("    ") or "repro:" in s).startswith(
                 "    repro: pytest '"
             )
-    assert any(line.startswith("NOT PROVED: 10 violation cells") for line in section)
+    assert any(line.startswith("NOT PROVED: 11 violation cells") for line in section)
     assert "cells]" not in result.stdout.str()  # progress is never glued to pytest's status words
     data = report(pytester, result)
     broken: dict[tuple[str, str], set[str]] = {}
@@ -323,9 +323,9 @@ def test_junit_xml_gets_per_cell_properties(pytester: pytest.Pytester) -> None:
 def test_works_under_xdist(pytester: pytest.Pytester) -> None:
     write(pytester, PROTECTED)
     result = run(pytester, "--crash-matrix", "-n", "2", "--crash-report=matrix.json", "--crash-seed=11")
-    result.assert_outcomes(passed=25, skipped=3)
+    result.assert_outcomes(passed=26, skipped=3)
     data = report(pytester, result)
-    assert data["seed"] == 11 and data["summary"]["protected"] == 45  # cells came back from the workers
+    assert data["seed"] == 11 and data["summary"]["protected"] == 46  # cells came back from the workers
 
 
 def test_user_suite_fixtures_and_faker_seeded_from_the_cell(pytester: pytest.Pytester) -> None:
@@ -383,7 +383,7 @@ def test_in_doubt(crash_run, effects, policy):
 def test_in_doubt_tools_close_the_gaps_in_every_cell(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_agent=IN_DOUBT)
     result = run(pytester, "--crash-matrix", "--crash-report=matrix.json")
-    result.assert_outcomes(passed=2 * 2 * 5 + 2 * 10, skipped=2 * 2)  # policies x points x 5 columns + budgeted
+    result.assert_outcomes(passed=2 * 2 * 5 + 2 * 11, skipped=2 * 2)  # policies x points x 5 columns + budgeted
     budgeted = ("concurrent", "recovery", "prune")
     cells = [
         c for c in report(pytester, result)["cells"] if c["outcome"] != "not_applicable" and c["mode"] not in budgeted

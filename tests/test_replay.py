@@ -21,7 +21,7 @@ def test_the_failing_cells_of_a_report_run_again_and_only_they(pytester: pytest.
     first = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=amnesiac,sqlite", "--crash-report=first.json"
     )
-    first.assert_outcomes(passed=22, failed=10)  # see tests/test_plugin.py's broken ledger
+    first.assert_outcomes(passed=23, failed=11)  # see tests/test_plugin.py's broken ledger
     before = failing(pytester.path / "first.json")
     assert before
     lines = first.stdout.lines[
@@ -34,7 +34,7 @@ def test_the_failing_cells_of_a_report_run_again_and_only_they(pytester: pytest.
         "-p", "no:cacheprovider", "--crash-replay=first.json", "--crash-report=again.json"
     )
     outcomes = again.parseoutcomes()
-    assert outcomes["failed"] == 10 and "passed" not in outcomes and outcomes["deselected"] >= 10  # nothing else ran
+    assert outcomes["failed"] == 11 and "passed" not in outcomes and outcomes["deselected"] >= 10  # nothing else ran
     assert failing(pytester.path / "again.json") == before
     data = json.loads((pytester.path / "again.json").read_text())
     assert data["seed"] == json.loads((pytester.path / "first.json").read_text())["seed"]

@@ -29,7 +29,7 @@ def cutting_server() -> Iterator[list[int]]:
                     conn.recv(65536)
                     conn.sendall(reply)
 
-    threads = [threading.Thread(target=serve, args=pair, daemon=True) for pair in zip(servers, replies)]
+    threads = [threading.Thread(target=serve, args=pair, daemon=True) for pair in zip(servers, replies, strict=True)]
     for t in threads:
         t.start()
     yield [s.getsockname()[1] for s in servers]

@@ -53,6 +53,9 @@ class Settings:
     #: Backends that cannot run here (defaulted ones only: a requested one is a usage error), with the reason.
     unavailable: dict[str, str] = field(default_factory=dict)
     rules: tuple[GapRule, ...] = ()
+    #: ``--crash-modes=all``: the whole product (every mode at every point, every storage fault, and the budgeted
+    #: contests at every lock window, recovery and prune cells a default run adds).
+    every_mode: bool = False
 
     def depth_for(self, marked: dict[str, Any]) -> Depth:
         """A test's depth and budget: the command line's (or ini's), else its marker's ``depth=`` and ``budget=``."""
@@ -86,7 +89,8 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help="comma-separated modes: inprocess, sigkill, stream (the default, plus budgeted contest, recovery and "
         "prune cells per durable backend); concurrent, recovery, prune at every point; the storage-fault modes "
-        "drop, outage, redis-down, readonly (with --crash-faults)",
+        "drop, outage, redis-down, readonly (with --crash-faults); or all: every mode at every point, every "
+        "fault, and the budgeted cells (the whole product, as CI runs it)",
     )
     group.addoption("--crash-hits", default=None, help="only these hits of each point, e.g. 2 (for a repro)")
     group.addoption("--crash-seed", default=None, help="master seed (a number, or 'last' for the previous run's)")
@@ -288,6 +292,11 @@ def load_registry(config: pytest.Config, settings: Settings) -> None:
         matrix.check_names("point", [p.split(":")[0] for p in settings.points], known_points, "--crash-points")
     if settings.backends:
         matrix.check_names("backend", settings.backends, registry, "--crash-backends")
+    if settings.modes == ["all"]:
+        from pytest_replaysafe.run.faults import FAULTS
+
+        settings.modes, settings.every_mode = [*matrix.MODES, *matrix.FAULT_CELL_MODES], True
+        settings.faults = frozenset(FAULTS)
     if settings.modes:
         matrix.check_names("mode", settings.modes, (*matrix.MODES, *matrix.FAULT_CELL_MODES), "--crash-modes")
     for name, backend in registry.items():

@@ -43,7 +43,10 @@ PROCESS_MODES = frozenset({"sigkill", "concurrent", "recovery", "prune", "double
 BUDGET_POINT = "run.before_node"
 PRUNE_POINT = "tool.after_record"
 #: Where a run holds its thread's lock, in the order a run reaches them. ``release``: the run's last node has
-#: completed and its last state write, with which the lock is released, comes next.
+#: completed and its last state write, with which the lock is released, comes next. ``ledger_read_after_turn``:
+#: the tool node's ledger read after a model turn the lock holder ran itself (its budgeted cell crashes at the
+#: first node, so the resume runs the model turn, writes its assistant message, and pauses before the read): a
+#: read answered from that write's round trip would miss what the run that takes over records.
 LOCK_WINDOWS = (
     "run.before_node",
     "tool.before_ledger_read",
@@ -53,7 +56,10 @@ LOCK_WINDOWS = (
     "node.after_complete",
     "run.after_advance",
     "release",
+    "ledger_read_after_turn",
 )
+#: Budgeted contests crashed at the first node (hit 1) instead of after the first model turn.
+FIRST_NODE_WINDOWS = frozenset({"ledger_read_after_turn"})
 #: Faults with cells of their own (``--crash-faults``; see :mod:`pytest_replaysafe.run.faults`): each is the mode of
 #: its cells too.
 FAULT_CELL_MODES = ("drop", "outage", "redis-down", "readonly")
@@ -119,6 +125,11 @@ class Cell:
     budget: bool = False
     #: ``concurrent``: the lock window the lock holder pauses at (None: its first node).
     window: str | None = None
+
+    def budget_hit(self, reached: int) -> int:
+        """The hit a budgeted cell crashes at: after the first model turn, or (:data:`FIRST_NODE_WINDOWS`) at the
+        first node, so that the resume's own writes come before its window."""
+        return 1 if self.window in FIRST_NODE_WINDOWS else reached
 
     @property
     def id(self) -> str:
@@ -318,6 +329,7 @@ class Selection(Protocol):
     registry: dict[str, Backend]
     unavailable: dict[str, str]
     faults: frozenset[str]
+    every_mode: bool
 
 
 def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
@@ -352,6 +364,8 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
         modes += [m for m, fixture in FIXTURE_MODES.items() if fixture in metafunc.fixturenames]
     if marked_modes and settings.modes:
         modes = [m for m in modes if m in settings.modes]
+    if settings.every_mode:  # (a mode that needs a fixture runs where the test has it, as in a default run)
+        modes = [m for m in modes if FIXTURE_MODES.get(m) in (None, *metafunc.fixturenames)]
     if langgraph:  # what the options ask for that a LangGraph app has (our runtime's points and modes it has not)
         if not split_names(opts.get("points")):
             points = [p for p in points if p in LANGGRAPH_POINTS]
@@ -365,7 +379,7 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     ]
     if not langgraph:
         cells += _fault_cells(points, chosen, settings.faults, marked_modes or settings.modes)
-    if not marked_modes and not settings.modes and not langgraph:
+    if (settings.every_mode or not (marked_modes or settings.modes)) and not langgraph:
         cells += budget_cells([b for b in chosen if b.durable])
     if not cells:
         skipped = sorted(set(backends) & set(settings.unavailable))

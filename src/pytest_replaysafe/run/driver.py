@@ -110,8 +110,9 @@ class CellDriver:
         self.effects = effects
         #: The person the harness plays: answers every pause of a run (None: a paused run is returned as it is).
         self.approvals = approvals
-        #: ``double-resume``: every Resume is sent twice, and a resume re-sends the last one sent before the crash.
+        #: ``double-resume``: every Resume twice; its resume, and a storage fault's, re-sends the last one sent.
         self.double_resume = plan.cell is not None and plan.cell.mode == "double-resume"
+        self.retry_resume = self.double_resume or (plan.cell is not None and plan.cell.mode in FAULT_MODE_OBJECTS)
         self.log = ExecutionLog(workdir / "executions.jsonl")
         self.checkpointer = RecordingCheckpointer(checkpointer, self.log)
         self.results: list[CellResult] = []
@@ -273,7 +274,7 @@ class CellDriver:
         cfg = {**config, "thread_id": thread}
         result = None
         turns: list[Any] = list(input) if isinstance(input, list) else [input]
-        if label == "resume" and self.approvals is not None and self.double_resume:  # a cut-off Resume, again
+        if label == "resume" and self.approvals is not None and self.retry_resume:  # a cut-off Resume, again
             turns = [*self.approvals.retried(thread), *turns]
         for turn in turns:
             result = run_once(graph, turn, cfg, stream)
@@ -369,7 +370,7 @@ class CellDriver:
         stream = stream or mode.name == "stream"
         first = self._drive_index >= len(self.drives)
         drive = self._learn(app, input, config, stream) if first else self.drives[self._drive_index]
-        hit = drive.reached if cell.budget else self.hit
+        hit = cell.budget_hit(drive.reached) if cell.budget else self.hit
         if hit > drive.reached:  # this execution's hit is past this drive's last: run it clean
             self.thread_id = drive.clean.thread_id
             if first:
@@ -396,9 +397,8 @@ class CellDriver:
         r = self.results[-1]
         r.gap_reasons = gap_reasons(self.rules, cell.point, gap or "", cell.mode, cell.backend)
         labels = call_labels(evidence.final_messages or [])
-        schedule = timeline.Schedule(
-            cell.point, hit, cell.mode, played.crash.crashed, played.fault, played.second, played.before
-        )
+        crashed = played.crash.crashed
+        schedule = timeline.Schedule(cell.point, hit, cell.mode, crashed, played.fault, played.second, played.before)
         r.timeline = timeline.build(evidence.entries, played.fault_at, labels, schedule, evidence.resume_error)
         window = (target.contested_window or target.window[0]) if target.contested else None
         r.coverage = coverage.of_cell(evidence, mode.name, window)

@@ -37,7 +37,14 @@ from pytest_replaysafe.run.procs import (
 #: Windows at which no tool call is in flight: a run that takes the thread over may finish it (elsewhere a takeover
 #: runs an in-flight call again, the in-flight gap of a lost lock, not what a contest judges).
 TAKEOVER_WINDOWS = frozenset(
-    {"run.before_node", "tool.before_ledger_read", "node.after_complete", "run.after_advance", "release"}
+    {
+        "run.before_node",
+        "tool.before_ledger_read",
+        "node.after_complete",
+        "run.after_advance",
+        "release",
+        "ledger_read_after_turn",
+    }
 )
 
 
@@ -46,6 +53,8 @@ def window_arrival(window: str, completed_before: int, clean_counts: Mapping[str
     crash that came after *completed_before* completed nodes."""
     if window == "release":
         return "node.after_complete", max(1, clean_counts.get("node.after_complete", 1) - completed_before)
+    if window == "ledger_read_after_turn":
+        return "tool.before_ledger_read", 1
     return window, 1
 
 
