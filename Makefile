@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-dev
 DEMO_EXTRA := $(if $(REPLAYSAFE_PG_DSN)$(REPLAYSAFE_REDIS_URL),ci,demo)
 DEMO_STAMP := $(VENV)/.installed-$(DEMO_EXTRA)
 
-.PHONY: demo test lint typecheck check bench clean
+.PHONY: demo test gate lint typecheck check bench clean
 BENCH_VENV := .venv-bench
 
 # uv when it is on PATH (fastest); else pip: the interpreter's own pip installs into a venv made without one
@@ -57,6 +57,22 @@ demo: $(DEMO_STAMP)
 		--crash-backends=$(DEMO_BACKENDS) --crash-report=crash-matrix.json --crash-markdown=crash-matrix.md \
 		--crash-html=crash-matrix.html
 
+# The whole product, as CI runs it: every mode at every point (in-process, SIGKILL, stream, the contest, recovery,
+# prune, double-resume), every storage fault, the budgeted contests at every lock window, over every example on
+# every backend that is configured; then crashes during recovery (depth 2) on the durable ones, within the default
+# budget. The seed is fixed: compare two commits with `python -m pytest_replaysafe.report.compare A.json B.json`.
+GATE_SEED    ?= 1
+GATE_REPORT  ?= gate.json
+GATE_WORKERS ?= 2
+GATE_DURABLE  = sqlite$${REPLAYSAFE_PG_DSN:+,postgres}$${REPLAYSAFE_REDIS_URL:+,postgres+redis}
+gate: $(STAMP)
+	PYTEST_ADDOPTS="$${PYTEST_ADDOPTS:-} -p no:langsmith_plugin" $(BIN)/python -m pytest examples -p no:cacheprovider \
+		-q -n $(GATE_WORKERS) --crash-matrix --crash-backends=$(DEMO_BACKENDS) --crash-modes=all \
+		--crash-seed=$(GATE_SEED) --crash-report=$(GATE_REPORT) --crash-progress=off
+	PYTEST_ADDOPTS="$${PYTEST_ADDOPTS:-} -p no:langsmith_plugin" $(BIN)/python -m pytest examples -p no:cacheprovider \
+		-q -n $(GATE_WORKERS) --crash-matrix --crash-backends=$(GATE_DURABLE) --crash-depth=2 \
+		--crash-seed=$(GATE_SEED) --crash-report=$(basename $(GATE_REPORT))-depth2.json --crash-progress=off
+
 # langsmith (which langgraph brings) registers a pytest plugin that costs 1-3 s at every pytest start; the suite
 # starts pytest about 150 times (matrices in processes of their own), so its runs go without it.
 TEST_WORKERS ?= 2
@@ -98,4 +114,4 @@ bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.collect
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache crash-matrix.json crash-matrix.md crash-matrix.html crash-matrix-depth2.json langgraph-matrix.json
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache crash-matrix.json crash-matrix.md crash-matrix.html crash-matrix-depth2.json langgraph-matrix.json gate.json gate-depth2.json

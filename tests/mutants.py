@@ -611,12 +611,30 @@ def decision_not_recorded() -> None:
     compiled.record_decisions = record
 
 
+def second_decision_wins() -> None:
+    """A Resume with a different decision for an interrupt already decided is taken (the last answer wins) instead
+    of refused: the run acts on an answer that the record does not hold and the person who decided never gave."""
+    from tenxgraph.core.graph import pauses
+    from tenxgraph.core.tools.interrupts import Resume
+
+    original = pauses.record_decisions
+
+    async def record(checkpointer: Any, thread_id: str, resume: Any, asked: Any, decided: Any) -> dict[str, Any]:
+        changed = {i: v for i, v in resume.decisions.items() if i in decided and decided[i] != v}
+        decided.update(changed)
+        rest = {i: v for i, v in resume.decisions.items() if i not in changed}
+        return {**changed, **(await original(checkpointer, thread_id, Resume(rest), asked, decided) if rest else {})}
+
+    compiled.record_decisions = record
+
+
 #: Mutants of approvals: caught over examples/approved_refund (tests/test_approvals_gate.py), each for its reason.
 APPROVAL_MUTANTS: dict[str, Callable[[], None]] = {
     "decisions_not_read_back": decisions_not_read_back,
     "approved_call_runs_again": approved_call_runs_again,
     "rejection_reason_approves": rejection_reason_approves,
     "decision_not_recorded": decision_not_recorded,
+    "second_decision_wins": second_decision_wins,
 }
 
 

@@ -21,7 +21,10 @@ CAUSES = {
     "approved_call_runs_again": "executed 2 times",
     "rejection_reason_approves": "ran although a person rejected it",
     "decision_not_recorded": "ran although its approval was never recorded",
+    "second_decision_wins": "a second different one must be refused",
 }
+#: Mutants only a mode beyond in-process shows (a different decision is sent in ``double-resume`` cells).
+MUTANT_MODES = {"second_decision_wins": "double-resume"}
 
 
 @pytest.mark.xdist_group("approvals-gate")
@@ -31,7 +34,7 @@ def test_the_matrix_proves_approvals_and_catches_each_broken_one(tmp_path: Path)
     with ThreadPoolExecutor(max_workers=2) as pool:
         # (make demo runs the example's whole matrix on every backend: here the control in-process and with every
         # Resume sent twice, each mutant in-process, where each is caught)
-        modes = {m: MODES if m is None else "inprocess" for m in names}
+        modes = {m: MODES if m is None else MUTANT_MODES.get(m, "inprocess") for m in names}
         options = {m: ["--crash-backends=sqlite", "--crash-seed=3", f"--crash-modes={modes[m]}"] for m in names}
         found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, EXAMPLE, options[m]), names)
         reports = dict(zip(names, found, strict=True))

@@ -74,6 +74,40 @@ class Approvals:
         ]
         return [Resume(sent[-1])] if sent else []
 
+    def resend(
+        self, graph: CompiledGraph[Any], thread: str, cfg: dict[str, Any], log: ExecutionLog, contradict: bool
+    ) -> list[Resume]:
+        """The last Resume sent on *thread*, to send again (:meth:`retried`); *contradict* (``double-resume``):
+        first a *different* decision for each of its interrupts (a second person, a stale tab), which must be
+        refused (an error that says so) and change nothing: one decision per interrupt, ever; a runtime that takes
+        the second acts on an answer the person never gave. Only decisions the harness saw written are contradicted
+        (one the crash cut before its record is not decided yet)."""
+        from tenxgraph.utils.errors import ConfigError
+
+        last = self.retried(thread)
+        if not last or not contradict:
+            return last
+        decided = {e.id for e in log.entries(thread) if e.event == "decided"}  # (seen written: the harness's own)
+        other = {i: v is not True for i, v in last[0].decisions.items() if i in decided}  # (True -> False; else True)
+        if not other:  # nothing recorded yet: a different answer would be the first one
+            return last
+        before = graph.checkpointer.get_thread(thread)
+        try:
+            graph.invoke(Resume(other), cfg)
+        except ConfigError:  # refused, as it must be; whatever else went wrong is the run's own failure
+            after = graph.checkpointer.get_thread(thread)
+            if (before and before.version) != (after and after.version):
+                log.write(Entry(thread, "resume", "pause_problem", out=(
+                    "a refused Resume with a different decision wrote the thread (version "
+                    f"{before and before.version}, then {after and after.version}): a refusal must change nothing"
+                )))  # fmt: skip
+            return last
+        log.write(Entry(thread, "resume", "pause_problem", out=(
+            f"a Resume with a different decision ({other}) after the recorded one ({last[0].decisions}) was "
+            "accepted: one decision per interrupt, a second different one must be refused"
+        )))  # fmt: skip
+        return last
+
     def settle(
         self,
         graph: CompiledGraph[Any],

@@ -275,7 +275,7 @@ class CellDriver:
         result = None
         turns: list[Any] = list(input) if isinstance(input, list) else [input]
         if label == "resume" and self.approvals is not None and self.retry_resume:  # a cut-off Resume, again
-            turns = [*self.approvals.retried(thread), *turns]
+            turns = [*self.approvals.resend(graph, thread, cfg, self.log, self.double_resume), *turns]
         for turn in turns:
             result = run_once(graph, turn, cfg, stream)
             if self.approvals is not None:  # a pause: the harness's person answers, until the run ends
