@@ -51,9 +51,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 # The crash matrix over examples/ on the embedded backends (+ PostgreSQL/Redis when their env vars are set).
 DEMO_BACKENDS = memory,sqlite$${REPLAYSAFE_PG_DSN:+,postgres}$${REPLAYSAFE_REDIS_URL:+,postgres+redis}
 
+# Every crash point and mode once per test (each point's first hit): the rest of the matrix is `make gate`'s.
 demo: $(DEMO_STAMP)
-	@echo "[demo] the crash matrix over examples/ on $(DEMO_BACKENDS)"
-	@$(BIN)/python -m pytest examples -p no:cacheprovider -rfE -n 2 --crash-matrix \
+	@echo "[demo] the crash matrix over examples/ on $(DEMO_BACKENDS), each point's first hit"
+	@$(BIN)/python -m pytest examples -p no:cacheprovider -rfE -n 2 --crash-matrix --crash-hits=1 \
 		--crash-backends=$(DEMO_BACKENDS) --crash-report=crash-matrix.json --crash-markdown=crash-matrix.md \
 		--crash-html=crash-matrix.html
 

@@ -105,7 +105,7 @@ def test_a_stale_depth2_figure_in_the_docs_fails_the_check(tmp_path: Path) -> No
 
 
 def test_the_approvals_table_is_checked_against_a_report(tmp_path: Path) -> None:
-    """docs/approvals.md's table is checked by CI against `make demo`'s report: the docs' numbers pass for cells
+    """docs/approvals.md's table is checked by CI against the report of the command it gives: the docs' numbers pass for cells
     that add up to them; one more known gap, or a failing cell, fails naming the row."""
     from tests.doc_figures import AP_ROW, APPROVALS_DOC, check_approvals
 
