@@ -105,8 +105,8 @@ def test_a_stale_depth2_figure_in_the_docs_fails_the_check(tmp_path: Path) -> No
 
 
 def test_the_approvals_table_is_checked_against_a_report(tmp_path: Path) -> None:
-    """docs/approvals.md's table is checked by CI against the report of the command it gives: the docs' numbers pass for cells
-    that add up to them; one more known gap, or a failing cell, fails naming the row."""
+    """docs/approvals.md's table is checked by CI against the report of the command it gives: the docs' numbers
+    pass for cells that add up to them; one more known gap, or a failing cell, fails naming the row."""
     from tests.doc_figures import AP_ROW, APPROVALS_DOC, check_approvals
 
     rows = {m["what"]: m for m in AP_ROW.finditer(APPROVALS_DOC.read_text())}
