@@ -12,9 +12,10 @@ from pytest_replaysafe.report.compare import main
 
 
 def cell(point: str, outcome: str, gap: str | None = None, window: str | None = None) -> dict[str, Any]:
+    item = f"t.py::test_refund[{point}-postgres-concurrent" + (f"@{window}]" if window else "]")
     return {
-        "test": "t.py::test_refund", "point": point, "backend": "postgres", "mode": "concurrent", "hit": 1,
-        "order": 0, "then": None, "outcome": outcome, "gap": gap, "detail": "refund_order executed 2 times",
+        "test": item, "point": point, "backend": "postgres", "mode": "concurrent", "hit": 1, "order": 0,
+        "then": None, "outcome": outcome, "gap": gap, "detail": "refund_order executed 2 times",
         "coverage": {"window": window} if window else {},
     }  # fmt: skip
 

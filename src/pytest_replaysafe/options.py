@@ -54,7 +54,7 @@ class Settings:
     unavailable: dict[str, str] = field(default_factory=dict)
     rules: tuple[GapRule, ...] = ()
     #: ``--crash-modes=all``: the whole product (every mode at every point, every storage fault, and the budgeted
-    #: contests at every lock window, recovery and prune cells a default run adds).
+    #: contests at every lock window a default run adds; its recovery and prune cells run at every point anyway).
     every_mode: bool = False
 
     def depth_for(self, marked: dict[str, Any]) -> Depth:
@@ -90,7 +90,7 @@ def add_options(parser: pytest.Parser) -> None:
         help="comma-separated modes: inprocess, sigkill, stream (the default, plus budgeted contest, recovery and "
         "prune cells per durable backend); concurrent, recovery, prune at every point; the storage-fault modes "
         "drop, outage, redis-down, readonly (with --crash-faults); or all: every mode at every point, every "
-        "fault, and the budgeted cells (the whole product, as CI runs it)",
+        "fault, and the budgeted contests at every lock window (the whole product, as CI runs it)",
     )
     group.addoption("--crash-hits", default=None, help="only these hits of each point, e.g. 2 (for a repro)")
     group.addoption("--crash-seed", default=None, help="master seed (a number, or 'last' for the previous run's)")

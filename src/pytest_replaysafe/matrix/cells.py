@@ -380,7 +380,8 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     if not langgraph:
         cells += _fault_cells(points, chosen, settings.faults, marked_modes or settings.modes)
     if (settings.every_mode or not (marked_modes or settings.modes)) and not langgraph:
-        cells += budget_cells([b for b in chosen if b.durable])
+        budget = budget_cells([b for b in chosen if b.durable])  # (all modes: recovery and prune run at every point)
+        cells += [c for c in budget if c.window is not None or not settings.every_mode]
     if not cells:
         skipped = sorted(set(backends) & set(settings.unavailable))
         reason = "; ".join(f"{b}: {settings.unavailable[b]}" for b in skipped) or "no backend or mode selected"

@@ -3,7 +3,8 @@
     python -m pytest_replaysafe.report.compare BEFORE.json AFTER.json
 
 Both reports come from the same command with a fixed ``--crash-seed`` (``make gate`` writes one). A cell is one
-test at one point, hit, completion order, backend, mode and lock window (and second crash, at depth 2). Printed:
+test item (point, backend, mode, a budgeted contest's window) at one hit and completion order (and second crash,
+at depth 2). Printed:
 every cell whose outcome changed, cells only one report has, and a count per change. Exit status 1 when a cell
 that held before (``protected``, ``exactly_once``, ``in_doubt``) now fails (``violation``, ``resume_failed``,
 ``error``, ``failed``) or a cell is missing after: the change must be explained before it lands; 0 otherwise (a
@@ -26,9 +27,8 @@ Key = tuple[str, ...]
 
 
 def key(cell: Mapping[str, Any]) -> Key:
-    window = (cell.get("coverage") or {}).get("window") or ""
-    fields = (cell["test"], cell["point"], cell["backend"], cell["mode"], window)
-    return (*map(str, fields), str(cell.get("hit")), str(cell.get("order")), str(cell.get("then") or ""))
+    """The test item (its id names the point, backend, mode and a budgeted contest's window), hit, order, then."""
+    return str(cell["test"]), str(cell.get("hit")), str(cell.get("order")), str(cell.get("then") or "")
 
 
 def cells(path: Path) -> dict[Key, Mapping[str, Any]]:
@@ -42,9 +42,8 @@ def cells(path: Path) -> dict[Key, Mapping[str, Any]]:
 
 
 def describe(k: Key) -> str:
-    test, point, backend, mode, window, hit, order, then = k
-    where = f"{point}-{backend}-{mode}" + (f"@{window}" if window else "")
-    return f"{test}[{where}] hit {hit} order {order}" + (f" then {then}" if then else "")
+    test, hit, order, then = k
+    return f"{test} hit {hit} order {order}" + (f" then {then}" if then else "")
 
 
 def compare(before: Mapping[Key, Mapping[str, Any]], after: Mapping[Key, Mapping[str, Any]]) -> tuple[list[str], int]:
