@@ -56,3 +56,8 @@ def test_a_cell_missing_after_is_a_regression_and_a_bad_file_is_named(tmp_path: 
     (tmp_path / "c.json").write_text("{}")
     with pytest.raises(SystemExit, match=r"c\.json is not a crash-matrix report"):
         main([before, str(tmp_path / "c.json")])
+
+
+def test_a_call_settled_in_doubt_that_now_runs_twice_is_a_regression(tmp_path: Path) -> None:
+    before = write(tmp_path / "a.json", [cell("tool.in_flight", "in_doubt_handled")])
+    assert main([before, write(tmp_path / "b.json", [cell("tool.in_flight", "violation")])]) == 1

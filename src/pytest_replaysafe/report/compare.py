@@ -6,7 +6,7 @@ Both reports come from the same command with a fixed ``--crash-seed`` (``make ga
 test item (point, backend, mode, a budgeted contest's window) at one hit and completion order (and second crash,
 at depth 2). Printed:
 every cell whose outcome changed, cells only one report has, and a count per change. Exit status 1 when a cell
-that held before (``protected``, ``exactly_once``, ``in_doubt``) now fails (``violation``, ``resume_failed``,
+that held before (``protected``, ``exactly_once``, ``in_doubt_handled``) now fails (``violation``, ``resume_failed``,
 ``error``, ``failed``) or a cell is missing after: the change must be explained before it lands; 0 otherwise (a
 known gap named differently, a thread-race cell that moved, is printed for a person to judge, not failed).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 #: Outcomes of a cell that held, and of one that failed (see :class:`pytest_replaysafe.judge.outcome.Outcome`).
-HELD = frozenset({"protected", "exactly_once", "in_doubt"})
+HELD = frozenset({"protected", "exactly_once", "in_doubt_handled"})
 BROKEN = frozenset({"violation", "resume_failed", "error", "failed"})
 Key = tuple[str, ...]
 
