@@ -490,6 +490,52 @@ def resume_raises_unrelated() -> None:
     compiled.emit_event = emit  # type: ignore[assignment]
 
 
+# -- a runtime whose account of a call differs from what the tool declares or its body did (judge.witnessed) --------
+def declared_policy_ignored() -> None:
+    """The tool node drops each tool's declared in-doubt policy (``@tool(on_in_doubt=...)``): no intent, no
+    detection, and the runtime's events say the call had none, so a verdict reading them sees nothing to police."""
+    from tenxgraph.core.graph import tool_node
+
+    original = tool_node.invoke_tool_calls
+
+    async def invoke(message: Any, tools: Any, *args: Any, **kwargs: Any) -> Any:
+        plain = {n: replace(t, on_in_doubt=None) if t.on_in_doubt not in (None, "off") else t for n, t in tools.items()}
+        return await original(message, plain, *args, **kwargs)
+
+    tool_node.invoke_tool_calls = invoke  # type: ignore[assignment]
+
+
+def tool_error_reported_as_success() -> None:
+    """A tool that raised is answered, recorded and reported to observers as a success: every account the runtime
+    gives agrees with itself, and the model is told a failed fraud check passed."""
+    from tenxgraph.core.graph.utils.ledger_record import ToolResultBlock
+
+    original = handler.notify
+
+    def notify(kind: str, info: Any, output: object = None, is_error: bool = False, **kwargs: Any) -> None:
+        original(kind, info, output, False, **kwargs)
+
+    def error_execution(call: Any, key: Any, text: str, status: str = "error") -> Any:
+        return handler.ToolExecution(call, key, ToolResultBlock(call.id, text))
+
+    handler.notify = notify  # type: ignore[assignment]
+    handler.error_execution = error_execution
+
+
+def body_given_unreported_key() -> None:
+    """The body is given a fresh idempotency key at every attempt while the runtime reports the call's stable one:
+    the provider sees a new key after a crash and applies the effect again."""
+    from tenxgraph.core.tools.tool import Tool
+
+    original = Tool.injected_args
+
+    def injected(self: Any, info: Any) -> dict[str, Any]:
+        args = original(self, info)
+        return {p: f"tenx-{uuid.uuid4().hex}" if p == "idempotency_key" else v for p, v in args.items()}
+
+    Tool.injected_args = injected  # type: ignore[method-assign]
+
+
 MUTANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (
@@ -522,6 +568,9 @@ MUTANTS: dict[str, Callable[[], None]] = {
         idempotency_key_without_message_id,
         resume_raises_unrelated,
         ledger_read_rides_on_write,
+        declared_policy_ignored,
+        tool_error_reported_as_success,
+        body_given_unreported_key,
     )
 }
 #: Mutants that need a dimension beyond one crash in one seeded order to be seen for sure.
@@ -628,6 +677,28 @@ def second_decision_wins() -> None:
     compiled.record_decisions = record
 
 
+def batch_runs_while_waiting() -> None:
+    """The calls of a batch that need no approval run (and are recorded) while a sibling waits for its approval:
+    the email saying "refunded" goes out before a person approved the refund."""
+    held: list[Any] = []
+    check, gather = handler.check_approvals, handler.gather_calls
+
+    def check_approvals(calls: Any, pauses: Any, node: Any) -> Any:
+        held.clear()  # (a crash may have cut the batch before it paused)
+        out = check(calls, pauses, node)
+        if out.waiting and out.runnable:
+            held.append(handler.GraphInterrupt(out.waiting))
+            out.waiting = []
+        return out
+
+    async def gather_calls(futures: Any) -> Any:
+        ran = await gather(futures)
+        return [*ran, held.pop()] if held else ran  # the batch pauses once the others ran
+
+    handler.check_approvals = check_approvals
+    handler.gather_calls = gather_calls
+
+
 #: Mutants of approvals: caught over examples/approved_refund (tests/test_approvals_gate.py), each for its reason.
 APPROVAL_MUTANTS: dict[str, Callable[[], None]] = {
     "decisions_not_read_back": decisions_not_read_back,
@@ -635,6 +706,7 @@ APPROVAL_MUTANTS: dict[str, Callable[[], None]] = {
     "rejection_reason_approves": rejection_reason_approves,
     "decision_not_recorded": decision_not_recorded,
     "second_decision_wins": second_decision_wins,
+    "batch_runs_while_waiting": batch_runs_while_waiting,
 }
 
 

@@ -22,6 +22,7 @@ CAUSES = {
     "rejection_reason_approves": "ran although a person rejected it",
     "decision_not_recorded": "ran although its approval was never recorded",
     "second_decision_wins": "a second different one must be refused",
+    "batch_runs_while_waiting": "of its batch waited for approval",
 }
 #: Mutants only a mode beyond in-process shows (a different decision is sent in ``double-resume`` cells).
 MUTANT_MODES = {"second_decision_wins": "double-resume"}

@@ -51,6 +51,9 @@ CAUSES: dict[str, tuple[str, str]] = {
     "idempotency_key_without_message_id": ("violation", "were given the same idempotency key"),
     "resume_raises_unrelated": ("resume_failed", "AttributeError"),
     "ledger_read_rides_on_write": ("violation", "executed 2 times"),
+    "declared_policy_ignored": ("violation", "its tool declares effect none with in-doubt policy fail"),
+    "tool_error_reported_as_success": ("violation", "answered as a success although its body raised"),
+    "body_given_unreported_key": ("violation", "was given an idempotency key the runtime did not report"),
 }
 
 #: The mutants whose matrices take longest, longest first (seconds, 2 at a time on a slow 2-core machine: 13, 11,

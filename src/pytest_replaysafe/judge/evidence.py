@@ -55,7 +55,8 @@ class Entry:
     thread: str
     id: str  # the runtime's execution id: its ledger key (or its stand-in for a call without one)
     #: start, end, timeout, in_doubt, paused, rejected (runtime) | record, recorded, decided (the checkpointer
-    #: wrapper) | asked, pause_problem (the harness's person)
+    #: wrapper) | asked, pause_problem (the harness's person) | body, body_end, body_paused (the harness's
+    #: witness inside the tool body: run.witness)
     event: str
     tool: str | None = None
     fp: str | None = None  # fingerprint of the output (end, record)
@@ -87,12 +88,16 @@ ANSWERS = ("end", "rejected")
 
 def body_runs(entries: list[Entry], by_key: bool = False) -> Counter[str]:
     """How often each call's body ran (by the harness's call identity, or *by_key* the runtime's): its starts,
-    less those that paused for a person (``interrupt()``), which run again once answered by design."""
+    less those that paused for a person (``interrupt()``), which run again once answered by design; counted from
+    the runtime's events and from the harness's witness inside the body, the larger of the two."""
     runs: Counter[str] = Counter()
+    seen: Counter[str] = Counter()  # the same, as the harness's witness saw the bodies (run.witness)
     for e in entries:
         if e.event in ("start", "paused"):
             runs[e.id if by_key else e.hid] += 1 if e.event == "start" else -1
-    return +runs
+        elif e.event in ("body", "body_paused"):
+            seen[e.id if by_key else e.hid] += 1 if e.event == "body" else -1
+    return +runs | +seen  # the larger account: a body the runtime ran without saying so still counts
 
 
 _ENTRY_FIELDS = tuple(f.name for f in fields(Entry))  # (every one a scalar: no deep copy to make)

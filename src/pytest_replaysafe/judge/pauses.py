@@ -1,10 +1,12 @@
 """The part of the verdict about pauses for a person: every interrupt is decided once and never asked again once
 its decision is recorded; a call that waited for approval runs only after its approval was recorded, and never
-when it was rejected; the same Resume sent twice changes nothing.
+when it was rejected, and none of its batch (the calls of its assistant message) runs while it waits; the same
+Resume sent twice changes nothing.
 
 From the execution log: ``asked`` (the harness's person was shown an interrupt, with its kind and the call it is
 about),
-``decided`` (the harness's checkpointer wrapper saw the decision written), ``start`` (a body ran) and
+``decided`` (the harness's checkpointer wrapper saw the decision written), ``start`` or ``body`` (a body ran, as
+the runtime said or the harness's witness saw) and
 ``pause_problem`` (what the harness found while answering, such as a repeated Resume that wrote the thread)."""
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from pytest_replaysafe.judge.evidence import Entry, fingerprint
 
 APPROVED = fingerprint(True)
+#: A body began: the runtime said so (``start``) or the harness's witness saw it from inside (``body``).
+RAN = ("start", "body")
 
 
 def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[str]:
@@ -37,8 +41,10 @@ def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[
                 about.setdefault(e.id, e.call)
         elif e.event == "pause_problem" and e.out:
             problems.append(e.out)
+    ran = [(n, e.hid) for n, e in enumerate(entries) if e.event in RAN]
     for interrupt_id, call in about.items():
-        starts = [n for n, e in enumerate(entries) if e.event == "start" and e.hid == call]
+        problems += _batch_problems(call, decided.get(interrupt_id), ran, labels)
+        starts = [n for n, hid in ran if hid == call]
         if not starts:
             continue
         label = labels.get(call, call)
@@ -50,3 +56,16 @@ def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[
         elif starts[0] < decision[0]:
             problems.append(f"{label} ran before its approval was recorded")
     return problems
+
+
+def _batch_problems(
+    call: str, decision: tuple[int, Entry] | None, ran: Sequence[tuple[int, str]], labels: Mapping[str, str]
+) -> list[str]:
+    """While a call of a batch (the calls of one assistant message) waits for its approval, none of the batch
+    runs: no sibling's body may begin before the decision was recorded."""
+    message = call.rpartition(":")[0]
+    until = decision[0] if decision is not None else None
+    early = sorted({hid for n, hid in ran if hid != call and hid.rpartition(":")[0] == message
+                    and (until is None or n < until)})  # fmt: skip
+    waited = labels.get(call, call)
+    return [f"{labels.get(hid, hid)} ran while {waited} of its batch waited for approval" for hid in early]

@@ -97,10 +97,11 @@ def _record_problem(
 
 
 def given_keys(entries: Iterable[Entry]) -> dict[str, set[str]]:
-    """Call -> the idempotency keys its body was given (across attempts)."""
+    """Call -> the idempotency keys its body was given (across attempts), as the runtime reported them and as the
+    harness's witness saw the body receive them."""
     keys: dict[str, set[str]] = defaultdict(set)
     for e in entries:
-        if e.event == "start" and e.ikey:
+        if e.event in ("start", "body") and e.ikey:
             keys[e.hid].add(e.ikey)
     return keys
 

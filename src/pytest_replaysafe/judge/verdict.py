@@ -21,7 +21,8 @@ from pytest_replaysafe.judge.evidence import UNRECORDED, Entry, body_runs, call_
 from pytest_replaysafe.judge.gaps import RECORD_FAILED, GapRule, find_gap
 from pytest_replaysafe.judge.outcome import Outcome
 from pytest_replaysafe.judge.pauses import pause_problems
-from pytest_replaysafe.judge.provenance import answer_to, provenance, shared_keys
+from pytest_replaysafe.judge.provenance import answer_to, given_keys, provenance, shared_keys
+from pytest_replaysafe.judge.witnessed import effect_and_policy, witness_problems
 
 if TYPE_CHECKING:
     from tenxgraph.state.messages import Message
@@ -113,7 +114,7 @@ def reference(
 def _calls_per_tool(entries: Iterable[Entry]) -> Counter[str]:
     calls: dict[str, str] = {}
     for e in entries:
-        if e.event == "start" and e.tool is not None:
+        if e.event in ("start", "body") and e.tool is not None:
             calls[e.hid] = e.tool
     return Counter(calls.values())
 
@@ -181,6 +182,16 @@ def _effect_problems(evidence: HitEvidence, ref: Reference, labels: Mapping[str,
     return problems + shared_keys(ikeys, labels, sent="sent the provider the same idempotency key")
 
 
+def clean_run_problems(messages: Sequence[Message], entries: list[Entry]) -> list[str]:
+    """What is wrong with a run that did not crash (a plain test run, no matrix): lost or extra results, keys shared
+    by two calls, a body run twice, and what the witness saw the runtime get wrong."""
+    labels = call_labels(messages)
+    problems = result_problems(messages) + shared_keys(given_keys(entries), labels)
+    problems += [f"{labels.get(c, c)} executed {n} times in a run without crash" for c, n in body_runs(entries).items()
+                 if n > 1]  # fmt: skip
+    return problems + witness_problems(messages, entries, labels)
+
+
 def judge(
     evidence: HitEvidence, ref: Reference, rules: Iterable[GapRule], point: str, mode: str, backend: str
 ) -> tuple[Outcome, str | None, str]:
@@ -208,20 +219,22 @@ def judge(
             )
     problems += provenance(messages, evidence.entries, labels, evidence.tools)
     problems += pause_problems(evidence.entries, labels)
+    problems += witness_problems(messages, evidence.entries, labels)
     problems += _effect_problems(evidence, ref, {e.id: labels.get(e.hid, e.id) for e in evidence.entries})
     crashes = [(point, evidence.window, evidence.unfinished), *evidence.later]
     calls_of = {e.id: e.call for e in evidence.entries if e.call is not None}  # records carry only the key
     # a call of a tool with an in-doubt policy runs again only after a resume found it in doubt (retry, or a
     # reconcile that found nothing), never silently: not after a crash, not after a refused record write
-    policed = {e.hid for e in evidence.entries if e.policy}
+    declared = effect_and_policy(evidence.entries)  # the tool's declaration where the witness saw its body
+    policed = {hid for hid, (_, policy) in declared.items() if policy}
     refused = Counter(calls_of.get(e.id, e.id) for e in evidence.entries if e.cond == RECORD_FAILED)
     refused = Counter({call: n for call, n in refused.items() if call not in policed})
     # timeout, missing id: unprotected by their nature
     marked = {e.hid: e.cond for e in evidence.entries if e.cond and e.cond != RECORD_FAILED}
     gaps: set[str] = set()
-    reads = {e.hid for e in evidence.entries if e.effect == "read"}  # may simply run again: no gap, no record
+    reads = {hid for hid, (effect, _) in declared.items() if effect == "read"}  # may run again: no gap, no record
     # a transactional call's writes commit with its record: what counts is how often that committed
-    transactional = {e.hid for e in evidence.entries if e.effect == "transactional"}
+    transactional = {hid for hid, (effect, _) in declared.items() if effect == "transactional"}
     commits = Counter(calls_of.get(e.id, e.id) for e in evidence.entries if e.event == "recorded")
     applied = Counter(calls_of.get(str(f.get("execution_id")), "") for f in evidence.effects or [])
     exactly_once: list[str] = []

@@ -26,12 +26,12 @@ from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, body_runs
 from pytest_replaysafe.judge.exposure import windows
 from pytest_replaysafe.judge.gaps import GAPS_DOC, GapRule, gap_reasons, point_gap, shown_rules
 from pytest_replaysafe.judge.outcome import FAILING, CellResult, Outcome
-from pytest_replaysafe.judge.provenance import given_keys, shared_keys
-from pytest_replaysafe.judge.verdict import Reference, call_labels, judge, reference, result_problems
+from pytest_replaysafe.judge.verdict import Reference, call_labels, clean_run_problems, judge, reference
 from pytest_replaysafe.matrix.cells import MODE_POINTS, Backend, Cell, reach_hint
 from pytest_replaysafe.matrix.orders import Groups, Orders
 from pytest_replaysafe.matrix.schedules import DEPTH_MODES, Depth, Plan, Planner, SecondCrash
 from pytest_replaysafe.report import timeline
+from pytest_replaysafe.run import witness
 from pytest_replaysafe.run.approvals import Approvals, run_once
 from pytest_replaysafe.run.effects import Effects
 from pytest_replaysafe.run.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
@@ -309,22 +309,20 @@ class CellDriver:
             raise pytest.UsageError("crash_run.invoke: leave thread_id out of config; crash_run assigns thread ids")
         self.driven = True
         remove = install(Instrument(on_tool=self.log.observe, completion_order=self._order))
+        unwitness = witness.install(app, self.log)  # the harness's own view from inside the tool bodies
         try:
             if self.cell is None:
                 return self._clean_only(app, input, config, stream)
             return self._matrix(app, input, config, stream)
         finally:
             remove()
+            unwitness()
             self._drive_index += 1
 
     def _clean_only(self, app: App, input: Inputs, config: dict[str, Any], stream: bool) -> RunResult[Any]:
         self.thread_id = self._new_thread("clean")
         result = self.run_graph(app, input, self.thread_id, config, stream, "clean")
-        problems = result_problems(result.messages)
-        problems += shared_keys(given_keys(self.entries(self.thread_id)), call_labels(result.messages))
-        problems += [
-            f"{eid} executed {n} times in a run without crash" for eid, n in self.executions().items() if n > 1
-        ]
+        problems = clean_run_problems(result.messages, self.entries(self.thread_id))
         if problems:
             raise ReplaySafetyViolation("; ".join(problems))
         return result

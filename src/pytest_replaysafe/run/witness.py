@@ -1,0 +1,138 @@
+"""The harness's own witness of tool bodies: what each tool declares and what its body did, learned without the
+runtime's account of it.
+
+The verdict must not take a broken runtime's word for what it judges. The runtime's tool events
+(:class:`~tenxgraph.core.graph.utils.instrument.ToolEvent`, its ``ToolCallInfo``) say which effect class and
+in-doubt policy a call had, whether its body failed, which idempotency key it was given, and how often it ran:
+exactly what a broken ledger path or integration gets wrong. So, before the runtime sees the app, the harness
+wraps each tool's own function (the body the user wrote) and writes, from inside it, one event per start and per
+outcome to the cell's execution log (:mod:`pytest_replaysafe.judge.evidence`):
+
+- ``body``: the body was entered, with the idempotency key its ``idempotency_key`` parameter actually received, and
+  the tool's declaration as the app was built with it (``@tool(effect=..., on_in_doubt=...)``, the graph's
+  in-doubt default applied at compile): its effect class and the in-doubt policy that declaration puts in force;
+- ``body_end``: the body returned (``error`` when it raised, or returned a ``ToolOutput`` with ``is_error``);
+- ``body_paused``: the body asked a person (``interrupt()``): it runs again once answered, by design.
+
+The verdict compares them with the runtime's events (:mod:`pytest_replaysafe.judge.witnessed`). The call a body
+belongs to is read from the tool-call context the body runs in (its assistant message and position): the harness's
+identity of the call, as for every event.
+
+A tool made by an integration from a server's declaration (an MCP tool: its function is the integration's client
+code, not the tool's body) is not wrapped: its declaration is the server's, not the ``Tool`` object's.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, call_id_of
+from tenxgraph.core.tools.context import current_tool_call
+from tenxgraph.core.tools.interrupts import GraphInterrupt
+from tenxgraph.core.tools.tool import IDEMPOTENCY_PARAM, Tool, ToolOutput
+
+_MARK = "__replaysafe_witness__"
+#: The execution log of the drive under way in this process (a forked child inherits it), or None.
+_active: list[ExecutionLog] = []
+#: Modules whose tools' functions are an integration's client code, not a body the user wrote.
+_INTEGRATION_PREFIXES = ("tenxgraph.integrations.",)
+
+
+def declared_policy(effect: str | None, on_in_doubt: str | None) -> str | None:
+    """The in-doubt policy a declaration puts in force, as the docs of ``@tool`` state it: none for a tool that
+    may simply run again (read, idempotent, transactional) or says ``"off"``; else its own, else ``"fail"`` for an
+    external effect."""
+    if effect in ("read", "idempotent", "transactional") or on_in_doubt == "off":
+        return None
+    return on_in_doubt or ("fail" if effect == "external" else None)
+
+
+def install(app: Any, log: ExecutionLog) -> Callable[[], None]:
+    """Witness the bodies of *app*'s tools into *log* until the returned function is called."""
+    for tool in _tools_of(app):
+        _wrap(tool)
+    _active.append(log)
+
+    def remove() -> None:
+        _active.remove(log)
+
+    return remove
+
+
+def _tools_of(app: Any) -> Iterator[Tool]:
+    for node in (getattr(app, "nodes", None) or {}).values():
+        tools = getattr(node, "tools", None)
+        if isinstance(tools, dict):
+            yield from (t for t in tools.values() if isinstance(t, Tool))
+
+
+def _wrap(tool: Tool) -> None:
+    fn = tool.fn
+    if getattr(fn, _MARK, False) or str(getattr(fn, "__module__", "")).startswith(_INTEGRATION_PREFIXES):
+        return
+    effect = tool.effect.value if tool.effect is not None else None
+    declared = {"tool": tool.name, "effect": effect, "policy": declared_policy(effect, tool.on_in_doubt)}
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def body_async(*args: Any, **kwargs: Any) -> Any:
+            began = _began(declared, kwargs)
+            try:
+                value = await fn(*args, **kwargs)
+            except GraphInterrupt:
+                _ended(began, "body_paused")
+                raise
+            except Exception:
+                _ended(began, "body_end", error=True)
+                raise
+            _ended(began, "body_end", error=isinstance(value, ToolOutput) and value.is_error)
+            return value
+
+        wrapper: Callable[..., Any] = body_async
+    else:
+
+        @functools.wraps(fn)
+        def body(*args: Any, **kwargs: Any) -> Any:
+            began = _began(declared, kwargs)
+            try:
+                value = fn(*args, **kwargs)
+            except GraphInterrupt:
+                _ended(began, "body_paused")
+                raise
+            except Exception:
+                _ended(began, "body_end", error=True)
+                raise
+            _ended(began, "body_end", error=isinstance(value, ToolOutput) and value.is_error)
+            return value
+
+        wrapper = body
+    setattr(wrapper, _MARK, True)
+    tool.fn = wrapper
+
+
+def _began(declared: dict[str, Any], kwargs: dict[str, Any]) -> Entry | None:
+    """The ``body`` event written (None outside a drive, or outside a tool call's context)."""
+    info = current_tool_call()
+    if not _active or info is None:
+        return None
+    key = kwargs.get(IDEMPOTENCY_PARAM)
+    entry = Entry(
+        thread=info.thread_id,
+        id=info.execution_id,
+        event="body",
+        tool=declared["tool"],
+        policy=declared["policy"],
+        effect=declared["effect"],
+        ikey=key if isinstance(key, str) else None,
+        call=call_id_of(info.message_id, info.index),
+    )
+    _active[-1].write(entry)
+    return entry
+
+
+def _ended(began: Entry | None, event: str, error: bool = False) -> None:
+    if began is not None and _active:
+        _active[-1].write(Entry(began.thread, began.id, event, began.tool, error=error, call=began.call))
