@@ -24,6 +24,7 @@ code, not the tool's body) is not wrapped: its declaration is the server's, not 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Iterator
@@ -79,38 +80,39 @@ def _wrap(tool: Tool) -> None:
 
         @functools.wraps(fn)
         async def body_async(*args: Any, **kwargs: Any) -> Any:
-            began = _began(declared, kwargs)
-            try:
-                value = await fn(*args, **kwargs)
-            except GraphInterrupt:
-                _ended(began, "body_paused")
-                raise
-            except Exception:
-                _ended(began, "body_end", error=True)
-                raise
-            _ended(began, "body_end", error=isinstance(value, ToolOutput) and value.is_error)
-            return value
+            with _watch(declared, kwargs) as returned:
+                return returned(await fn(*args, **kwargs))
 
         wrapper: Callable[..., Any] = body_async
     else:
 
         @functools.wraps(fn)
         def body(*args: Any, **kwargs: Any) -> Any:
-            began = _began(declared, kwargs)
-            try:
-                value = fn(*args, **kwargs)
-            except GraphInterrupt:
-                _ended(began, "body_paused")
-                raise
-            except Exception:
-                _ended(began, "body_end", error=True)
-                raise
-            _ended(began, "body_end", error=isinstance(value, ToolOutput) and value.is_error)
-            return value
+            with _watch(declared, kwargs) as returned:
+                return returned(fn(*args, **kwargs))
 
         wrapper = body
     setattr(wrapper, _MARK, True)
     tool.fn = wrapper
+
+
+@contextlib.contextmanager
+def _watch(declared: dict[str, Any], kwargs: dict[str, Any]) -> Iterator[Callable[[Any], Any]]:
+    """One body's run: ``body`` as it begins, then its outcome (the function given is called with its value)."""
+    began = _began(declared, kwargs)
+
+    def returned(value: Any) -> Any:
+        _ended(began, "body_end", error=isinstance(value, ToolOutput) and value.is_error)
+        return value
+
+    try:
+        yield returned
+    except GraphInterrupt:
+        _ended(began, "body_paused")
+        raise
+    except Exception:
+        _ended(began, "body_end", error=True)
+        raise
 
 
 def _began(declared: dict[str, Any], kwargs: dict[str, Any]) -> Entry | None:
