@@ -15,11 +15,12 @@ from tests.helpers import ROOT, mutant_matrix
 from tests.mutants import MCP_MUTANTS
 
 EXAMPLE = ROOT / "examples" / "mcp_tools" / "test_mcp_tools.py"
-#: What each mutant must be caught by: its failing cells' detail (the test's count of the server's rows).
+#: What each mutant must be caught by: the verdict's own finding (the witness saw the server's declaration and the
+#: request it received), not the test's count of the server's rows.
 CAUSES = {
-    "mcp_hints_trusted_as_read": "open_ticket applied 2 times",
-    "mcp_key_not_sent": "applied 0 times",
-    "mcp_external_retried": "open_ticket applied 2 times",
+    "mcp_hints_trusted_as_read": "yet the runtime handled the call as effect read",
+    "mcp_key_not_sent": "reached its MCP server without the idempotency key the runtime reported",
+    "mcp_external_retried": "yet the runtime handled the call as effect external with in-doubt policy retry",
 }
 
 
@@ -37,8 +38,8 @@ def test_the_matrix_passes_mcp_tools_and_catches_each_broken_integration(tmp_pat
     assert control["exit"] == 0 and not failing, [c["detail"][:200] for c in failing]
     assert {"tool.in_flight", "tool.after_return", "tool.after_record"} <= {c["point"] for c in control["cells"]}
     for mutant, cause in CAUSES.items():
-        caught = [c for c in reports[mutant]["cells"] if c["outcome"] == "failed" and cause in c["detail"]]
-        print(f"  {mutant:28} {len(caught):4} failed cells: {cause!r}")
+        caught = [c for c in reports[mutant]["cells"] if c["outcome"] == "violation" and cause in c["detail"]]
+        print(f"  {mutant:28} {len(caught):4} violation cells: {cause!r}")
         assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
         assert reports[mutant]["exit"] != 0
 

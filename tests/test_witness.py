@@ -87,3 +87,25 @@ def test_a_runtime_account_that_differs_from_the_body_is_named(tmp_path: Path) -
     assert len(problems) == 2
     assert "declares effect external with in-doubt policy fail" in problems[0]
     assert "was given an idempotency key the runtime did not report (given; reported: reported)" in problems[1]
+
+
+@pytest.mark.parametrize(
+    "hints",
+    [None, {}, *({"read_only_hint": r, "idempotent_hint": i} for r in (True, False, None) for i in (True, False))],
+)
+def test_the_witness_maps_mcp_annotations_as_the_integration_documents(hints: dict[str, object] | None) -> None:
+    """The witness maps a server's annotations itself; on a correct runtime it agrees with the integration (a
+    user's ToolOptions win over the annotations on both sides)."""
+    types = pytest.importorskip("mcp.types", reason="the mcp extra is not installed: pip install '.[mcp]'")
+    from tenxgraph.integrations.mcp.tools import ToolOptions, effect_of
+
+    annotations = None if hints is None else types.ToolAnnotations(**hints)
+    made = effect_of(annotations)
+    assert witness.mcp_declaration("t", annotations, ToolOptions()) == (
+        made.value,
+        "fail" if made.value == "external" else None,
+    )
+    told = ToolOptions(effects={"t": "idempotent"})
+    assert witness.mcp_declaration("t", annotations, told) == ("idempotent", None)
+    retried = witness.mcp_declaration("t", annotations, ToolOptions(on_in_doubt={"t": "retry"}))
+    assert retried == (made.value, "retry" if made.value == "external" else None)

@@ -70,6 +70,7 @@ class Entry:
     effect: str | None = None  # the tool's effect class (read, idempotent, external), if it says one
     t: float | None = None  # when it was written: CLOCK_MONOTONIC, one clock for every process of the machine
     out: str | None = None  # the start of the output as text (end): what a person compares two runs by
+    via: str | None = None  # body events: "mcp" when the witness saw the request its MCP server received
 
     def answer(self) -> str:
         """The output's start, as a person reads it (an error result says so)."""

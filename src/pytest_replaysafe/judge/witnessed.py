@@ -10,7 +10,7 @@ runtime's events for the same call (the harness's call identity, message and pos
   are the declaration's (a runtime that drops a policy, or takes a write for a read, re-runs it unseen);
 - a call whose body failed (raised, or returned an error ``ToolOutput``) is never answered as a success;
 - every key a body received is one the runtime reported for that call (the key the provider deduplicates on is
-  the body's, not the runtime's account of it).
+  the body's, not the runtime's account of it), and an MCP request carries the reported key in its ``_meta``.
 
 Elsewhere the verdict counts a call's runs by the larger of the two accounts
 (:func:`pytest_replaysafe.judge.evidence.body_runs`), and decides which calls may simply run again (a declared
@@ -56,6 +56,7 @@ def witness_problems(messages: Sequence[Message], entries: Sequence[Entry], labe
     received: dict[str, set[str]] = defaultdict(set)
     outcomes: dict[str, set[bool]] = defaultdict(set)
     settled: set[str] = set()
+    unkeyed: set[str] = set()
     for e in entries:
         if e.event in RUNTIME_EVENTS and e.call is not None:
             handled[e.hid].add((e.effect, e.policy))
@@ -63,6 +64,8 @@ def witness_problems(messages: Sequence[Message], entries: Sequence[Entry], labe
             reported[e.hid].add(e.ikey)
         elif e.event == "body" and e.ikey:
             received[e.hid].add(e.ikey)
+        elif e.event == "body" and e.via == "mcp":
+            unkeyed.add(e.hid)  # the request reached its server without a key in _meta
         elif e.event == "body_end":
             outcomes[e.hid].add(e.error)
         if e.event == "in_doubt" or e.cond == "timeout":
@@ -81,6 +84,13 @@ def witness_problems(messages: Sequence[Message], entries: Sequence[Entry], labe
                 f"{labels.get(hid, hid)}'s body was given an idempotency key the runtime did not report "
                 f"({', '.join(sorted(unreported))}; reported: {', '.join(sorted(map(str, reported[hid])))}): the "
                 "provider deduplicates on the key the body sends"
+            )
+    for hid in sorted(unkeyed):
+        said = sorted(k for k in reported.get(hid, set()) if k)
+        if said:
+            problems.append(
+                f"{labels.get(hid, hid)} reached its MCP server without the idempotency key the runtime reported "
+                f"({', '.join(said)}) in the request's _meta: the server cannot deduplicate a re-run"
             )
     for hid, errors in sorted(outcomes.items()):
         if errors != {True} or hid in settled:

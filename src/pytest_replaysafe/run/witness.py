@@ -18,8 +18,11 @@ The verdict compares them with the runtime's events (:mod:`pytest_replaysafe.jud
 belongs to is read from the tool-call context the body runs in (its assistant message and position): the harness's
 identity of the call, as for every event.
 
-A tool made by an integration from a server's declaration (an MCP tool: its function is the integration's client
-code, not the tool's body) is not wrapped: its declaration is the server's, not the ``Tool`` object's.
+An MCP tool's function is the integration's client code, not the tool's body, and its declaration is the
+server's: for it the witness reads the server's own ``list_tools`` annotations (the SDK's ``Tool`` the integration
+was given) and what the user told ``mcp_tools`` (``ToolOptions``), maps them itself as docs/mcp.md says, and
+writes ``body`` and ``body_end`` (``via="mcp"``) where the official SDK sends the request
+(``ClientSession.call_tool``): the key the server received in ``_meta``, and its ``isError``.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+import json
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, call_id_of
-from tenxgraph.core.tools.context import current_tool_call
+from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call
 from tenxgraph.core.tools.interrupts import GraphInterrupt
 from tenxgraph.core.tools.tool import IDEMPOTENCY_PARAM, Tool, ToolOutput
 
@@ -72,7 +78,10 @@ def _tools_of(app: Any) -> Iterator[Tool]:
 
 def _wrap(tool: Tool) -> None:
     fn = tool.fn
-    if getattr(fn, _MARK, False) or str(getattr(fn, "__module__", "")).startswith(_INTEGRATION_PREFIXES):
+    module = str(getattr(fn, "__module__", ""))
+    if module == _MCP_TOOLS:
+        _wrap_mcp(tool)
+    if getattr(fn, _MARK, False) or module.startswith(_INTEGRATION_PREFIXES):
         return
     effect = tool.effect.value if tool.effect is not None else None
     declared = {"tool": tool.name, "effect": effect, "policy": declared_policy(effect, tool.on_in_doubt)}
@@ -138,3 +147,114 @@ def _began(declared: dict[str, Any], kwargs: dict[str, Any]) -> Entry | None:
 def _ended(began: Entry | None, event: str, error: bool = False) -> None:
     if began is not None and _active:
         _active[-1].write(Entry(began.thread, began.id, event, began.tool, error=error, call=began.call))
+
+
+# -- MCP tools: the request the server received ----------------------------------------------------------------------
+#: The request ``_meta`` entry that carries a call's idempotency key to an MCP server (docs/mcp.md).
+MCP_KEY_META = "tenxgraph/idempotency-key"
+_MCP_TOOLS = "tenxgraph.integrations.mcp.tools"
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """An MCP tool call on its way to the server: its ``body`` event (the key still to fill in), its arguments as
+    the model gave them, and the argument a server tool takes its key in (left out when matching)."""
+
+    body: Entry
+    args: str
+    key_argument: str
+
+
+_lock = threading.Lock()
+_sending: dict[str, list[_Sent]] = {}  # server tool name -> calls on their way (the SDK runs on its own thread)
+
+
+def mcp_declaration(name: str, annotations: Any, options: Any) -> tuple[str, str | None]:
+    """An MCP tool's effect class and in-doubt policy, from what its user said (``ToolOptions``) and else the
+    server's own annotations, as docs/mcp.md maps them: ``readOnlyHint`` → read, ``idempotentHint`` → idempotent,
+    any other (or none) → external."""
+    said = options.effects.get(name)
+    if said is not None:
+        effect = str(getattr(said, "value", said))
+    elif annotations is not None and annotations.read_only_hint:
+        effect = "read"
+    elif annotations is not None and annotations.idempotent_hint:
+        effect = "idempotent"
+    else:
+        effect = "external"
+    return effect, declared_policy(effect, options.on_in_doubt.get(name))
+
+
+def _wrap_mcp(tool: Tool) -> None:
+    """Watch an MCP tool's calls where its server gets them: in the official SDK's ``ClientSession.call_tool``."""
+    fn = tool.fn
+    found = inspect.getclosurevars(fn).nonlocals
+    listed, options = found.get("listed"), found.get("options")
+    if listed is None or options is None or getattr(fn, _MARK, False):
+        return
+    effect, policy = mcp_declaration(listed.name, listed.annotations, options)
+    _watch_sdk()
+
+    @functools.wraps(fn)
+    async def call(**arguments: Any) -> Any:
+        info = current_tool_call()
+        if not _active or info is None:
+            return await fn(**arguments)
+        given = {k: v for k, v in arguments.items() if not isinstance(v, ToolCallInfo)}
+        body = Entry(info.thread_id, info.execution_id, "body", tool.name, policy=policy, effect=effect,
+                     call=call_id_of(info.message_id, info.index), via="mcp")  # fmt: skip
+        sent = _Sent(body, _canonical(given), options.key_argument)
+        with _lock:
+            _sending.setdefault(listed.name, []).append(sent)
+        try:
+            return await fn(**arguments)
+        finally:
+            with _lock:
+                if sent in _sending[listed.name]:
+                    _sending[listed.name].remove(sent)
+
+    setattr(call, _MARK, True)
+    tool.fn = call
+
+
+def _canonical(arguments: Mapping[str, Any]) -> str:
+    return json.dumps(arguments, sort_keys=True, default=str)
+
+
+def _claim(name: str, arguments: Mapping[str, Any] | None) -> _Sent | None:
+    with _lock:
+        for sent in _sending.get(name, []):
+            given = {k: v for k, v in (arguments or {}).items() if k != sent.key_argument}
+            if _canonical(given) == sent.args:
+                _sending[name].remove(sent)
+                return sent
+    return None
+
+
+def _watch_sdk() -> None:
+    """Wrap the SDK's ``ClientSession.call_tool`` once per process: what was sent (the key in ``_meta``) and
+    whether the server answered with an error (``isError``)."""
+    from mcp.client.session import ClientSession
+
+    original = ClientSession.call_tool
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    async def call_tool(self: Any, name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
+        sent = _claim(name, arguments)
+        log = _active[-1] if _active else None
+        if sent is None or log is None:
+            return await original(self, name, arguments, *args, **kwargs)
+        meta = kwargs.get("meta")
+        key = meta.get(MCP_KEY_META) if isinstance(meta, Mapping) else None
+        log.write(replace(sent.body, ikey=key if isinstance(key, str) else None))
+        result = await original(self, name, arguments, *args, **kwargs)
+        error = getattr(result, "is_error", None)
+        if error is not None:
+            log.write(Entry(sent.body.thread, sent.body.id, "body_end", sent.body.tool, error=bool(error),
+                            call=sent.body.call, via="mcp"))  # fmt: skip
+        return result
+
+    setattr(call_tool, _MARK, True)
+    ClientSession.call_tool = call_tool  # type: ignore[method-assign]
