@@ -62,7 +62,7 @@ def test_run_then_state(client: Any) -> None:
         (json.dumps({"messages": [{"role": "user", "txt": "hi"}]}), "messages[0] has unknown fields ['txt']"),
         (json.dumps({"messages": [{"role": "tool", "text": "hi"}]}), "messages[0].role must be 'user' or 'system'"),
         (json.dumps({"messages": "hi"}), "messages must be a list"),
-        (json.dumps({"config": {"thread_id": "x"}}), "config must be an object with keys from"),
+        (json.dumps({"config": {"thread_id": "x"}}), "is not a client's to set"),
         (json.dumps({"config": {"node_timeout": "fast"}}), "node_timeout must be a number"),
     ],
 )

@@ -214,6 +214,7 @@ def test_client_limits_above_the_ceilings_are_refused(tmp_path: Path) -> None:
         ok = c.post("/threads/t/runs", json={**RUN, "config": {"tool_timeout": 30, "recursion_limit": 10}})
         assert ok.status_code == 200
     assert Limits().run_config({"tool_timeout": 5}, 5.0) == {
+        "recursion_limit": 25,
         "tool_timeout": 5,
         "node_timeout": 900,
         "lock_timeout": 5.0,

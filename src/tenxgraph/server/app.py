@@ -24,6 +24,7 @@ from tenxgraph.core.graph.compiled import CompiledGraph
 from tenxgraph.core.graph.pauses import asked_of, load_decisions, waiting
 from tenxgraph.core.tools.interrupts import Interrupt
 from tenxgraph.server.doors import DoorArgs, Doors, Refused, stored_id
+from tenxgraph.server.failures import GENERIC, error_id_of, public_values
 from tenxgraph.server.limits import BadRequest, Limits, parse_run, read_body
 from tenxgraph.server.metrics import Metrics
 from tenxgraph.server.recovery import Recovery
@@ -124,6 +125,9 @@ def create_app(
                 owner = await doors.enter(request, auth=auth)
                 if thread_id is not None and (problem := id_problem(thread_id, THREAD_ID_MAX_BYTES)) is not None:
                     raise BadRequest(f"the thread id {problem}")
+                if thread_id is not None and id_problem(stored_id(owner, thread_id), THREAD_ID_MAX_BYTES):
+                    room = THREAD_ID_MAX_BYTES - len(stored_id(owner, "").encode())
+                    raise BadRequest(f"the thread id must be at most {room} bytes on this server (its owner prefix)")
                 response = await handler(request, owner)
             except Refused as exc:  # (a BadRequest too)
                 response = error(exc.status, str(exc), exc.headers)
@@ -140,7 +144,7 @@ def create_app(
 
         return check
 
-    def failed(exc: Exception, thread_id: str) -> dict[str, Any]:
+    async def failed(exc: Exception, thread_id: str, stored: str) -> dict[str, Any]:
         """How a run that raised is answered (``POST /runs`` and its stream alike), counted in the metrics. Call
         it from the ``except`` block: an unexpected failure is logged with its traceback under an error id, and
         the client gets the id, not the exception (it may hold a provider's reply, a host or a role name)."""
@@ -150,17 +154,28 @@ def create_app(
             return {"status": 409, "error": text, "thread_id": thread_id, "retry_after": exc.retry_after}
         if isinstance(exc, InterruptDecidedError):  # one decision per interrupt: a different one conflicts
             return {"status": 409, "error": str(exc), "thread_id": thread_id, "decided": exc.recorded}
-        if isinstance(exc, ConfigError | GraphBuildError | SerializationError | ValueError):
+        if isinstance(exc, ConfigError | GraphBuildError | SerializationError):  # (a node's ValueError is a 500)
             return {"status": 422, "error": str(exc), "thread_id": thread_id}
         metrics.run("failed", 0.0)
-        error_id = new_id("err")
+        error_id = await stored_error_id(stored)
         log.exception("run of thread %r failed (error_id %s)", thread_id, error_id)
-        message = f"the run failed; the server's log has the cause under error_id {error_id}; post again to resume"
+        message = GENERIC.format(error_id)
         return {"status": 500, "error": message, "error_id": error_id, "thread_id": thread_id, "resumable": True}
 
-    def finished(result: Any, thread_id: str, started: float) -> dict[str, Any]:
+    async def stored_error_id(stored: str) -> str:
+        """The id of the failure the thread stored (``GET /state`` shows the same), or a new one."""
+        try:
+            snap = await graph.checkpointer.aget_thread(stored)
+        except Exception:  # (the storage may be why the run failed: the failure is still answered)
+            log.warning("could not read thread %r to name its failure", stored, exc_info=True)
+            return new_id("err")
+        cause = ((snap.values.get("meta") or {}).get("error") if snap is not None else None) or None
+        return error_id_of(stored, str(cause)) if cause else new_id("err")
+
+    def finished(result: Any, thread_id: str, stored: str, started: float) -> dict[str, Any]:
         metrics.run("finished", time.perf_counter() - started)
-        body = _state_json(thread_id, result.state.values_dict(), result.messages, result.version, result.interrupts)
+        values = public_values(stored, result.state.values_dict())
+        body = _state_json(thread_id, values, result.messages, result.version, result.interrupts)
         return {**body, "final_text": result.final_text}
 
     async def run_request(request: Request, owner: str | None) -> tuple[Any, dict[str, Any]]:
@@ -175,7 +190,7 @@ def create_app(
         try:
             result = await graph.ainvoke(input, cfg)
         except Exception as exc:
-            answer = failed(exc, thread_id)
+            answer = await failed(exc, thread_id, cfg["thread_id"])
             busy = "retry_after" in answer  # (a 409 for a decision already taken is no reason to retry)
             lease_left = answer.pop("retry_after", None) or 0.0  # (a lease whose holder's connection dropped)
             response = error(answer.pop("status"), answer.pop("error"), **answer)
@@ -183,7 +198,7 @@ def create_app(
                 response.headers["Retry-After"] = str(max(1, round(cfg["lock_timeout"] or 1), math.ceil(lease_left)))
             return response
         emit_event("run", logging.INFO, thread_id=cfg["thread_id"], status=result.status, version=result.version)
-        return JSONResponse(finished(result, thread_id, started))
+        return JSONResponse(finished(result, thread_id, cfg["thread_id"], started))
 
     async def run_stream(request: Request, owner: str | None) -> Response:
         """The run as server-sent events: ``token`` for each piece of a model's reply as it arrives (``message_id``,
@@ -199,7 +214,7 @@ def create_app(
             try:
                 async for mode, item in graph.astream(input, cfg, stream_mode=["messages", "steps", "result"]):
                     if mode == "result":
-                        yield _sse("done", finished(item, thread_id, started))
+                        yield _sse("done", finished(item, thread_id, cfg["thread_id"], started))
                     elif mode == "steps":
                         messages = [m.to_dict() for m in item.messages]
                         step = {"node": item.node, "step": item.step, "messages": messages}
@@ -207,7 +222,7 @@ def create_app(
                     else:
                         yield _sse(*_piece(*item))
             except Exception as exc:
-                answer = failed(exc, thread_id)
+                answer = await failed(exc, thread_id, cfg["thread_id"])
                 answer.pop("retry_after", None)  # (a header's business; a stream has none to give)
                 yield _sse("error", answer)
 
@@ -225,7 +240,8 @@ def create_app(
         if meta.get("status") == "interrupted":  # what it waits for: its interrupts not decided yet
             asked = asked_of(meta.get("interrupts") or [])
             pending = waiting(asked, await load_decisions(graph.checkpointer, stored, [i.id for i in asked]))
-        return JSONResponse(_state_json(thread_id, snap.values, messages, snap.version, pending))
+        values = public_values(stored, snap.values)
+        return JSONResponse(_state_json(thread_id, values, messages, snap.version, pending))
 
     async def healthz(request: Request, owner: str | None) -> JSONResponse:
         return JSONResponse({"status": "ok"})

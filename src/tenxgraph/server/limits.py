@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from tenxgraph.core.tools.config import KNOWN_KEYS
 from tenxgraph.core.tools.interrupts import Resume
 from tenxgraph.server.doors import Refused
 from tenxgraph.state.messages import Message, TextBlock, new_id
@@ -18,6 +17,11 @@ from tenxgraph.utils.constants import NODE_TIMEOUT, RECURSION_LIMIT, TOOL_TIMEOU
 from tenxgraph.utils.errors import ConfigError
 
 RUN_FIELDS = ("messages", "config", "resume")
+#: What a client's ``config`` may say: the run's limits, each within the operator's ceiling (a tracer, the thread
+#: id and anything else are the server's to choose).
+CLIENT_CONFIG_KEYS = ("recursion_limit", "tool_timeout", "node_timeout", "lock_timeout")
+#: The least a client may ask for (seconds): below it a body's effect lands while the thread records a timeout.
+MIN_TIMEOUT = 0.1
 MESSAGE_FIELDS = ("role", "text", "message_id")
 
 
@@ -51,14 +55,24 @@ class Limits:
     def run_config(self, asked: Mapping[str, Any], lock_timeout: float) -> dict[str, Any]:
         """The run config for a request's ``config``: its values where they are within the ceilings."""
         config: dict[str, Any] = {
+            "recursion_limit": self.recursion_limit,
             "tool_timeout": self.tool_timeout,
             "node_timeout": self.node_timeout,
             "lock_timeout": min(lock_timeout, self.lock_timeout),
         }
         for key, value in asked.items():
+            if key not in CLIENT_CONFIG_KEYS:
+                raise BadRequest(f"config.{key} is not a client's to set; a run's config may say {CLIENT_CONFIG_KEYS}")
             ceiling = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
                 raise BadRequest(f"config.{key} must be a number, got {value!r}")
+            if key == "recursion_limit" and not float(value).is_integer():
+                raise BadRequest(f"config.recursion_limit must be a whole number of nodes, got {value!r}")
+            if key in ("tool_timeout", "node_timeout") and 0 < value < MIN_TIMEOUT:
+                raise BadRequest(
+                    f"config.{key}={value!r} is below this server's floor of {MIN_TIMEOUT} s: a timeout shorter "
+                    "than a body can return records a timeout while its effect lands"
+                )
             if (value <= 0 and key != "lock_timeout") or value < 0:
                 raise BadRequest(
                     f"config.{key} must be > 0: a client cannot turn the server's limit off (ceiling {ceiling})"
@@ -69,7 +83,7 @@ class Limits:
                     f"config.{key}={value!r} is above this server's ceiling of {ceiling}: ask for less, or have "
                     f"the operator raise it (tenxgraph serve {flag}, create_app(limits=Limits({key}=...)))"
                 )
-            config[key] = value
+            config[key] = int(value) if key == "recursion_limit" else value
         return config
 
 
@@ -133,7 +147,7 @@ def parse_run(raw: bytes, allow_system: bool) -> tuple[dict[str, Any] | Resume |
     """``(input, config)`` of a run request's JSON body (both optional: no messages resumes the thread; ``resume``,
     an object of interrupt id -> decision, answers a paused one)."""
     try:
-        body = json.loads(raw) if raw.strip() else {}
+        body = json.loads(raw, object_pairs_hook=_unique_keys) if raw.strip() else {}
     except json.JSONDecodeError as exc:
         raise BadRequest(f"the body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -149,9 +163,13 @@ def parse_run(raw: bytes, allow_system: bool) -> tuple[dict[str, Any] | Resume |
     if not isinstance(messages, list):
         raise BadRequest("messages must be a list")
     config = body.get("config") or {}
-    allowed = [k for k in KNOWN_KEYS if k != "thread_id"]
-    if not isinstance(config, dict) or set(config) - set(allowed):
-        raise BadRequest(f"config must be an object with keys from {allowed}")
+    if not isinstance(config, dict):
+        raise BadRequest(f"config must be an object with keys from {list(CLIENT_CONFIG_KEYS)}")
+    if foreign := sorted(set(config) - set(CLIENT_CONFIG_KEYS)):
+        raise BadRequest(
+            f"config {foreign} is not a client's to set (the server chooses it); a run's config may say "
+            f"{list(CLIENT_CONFIG_KEYS)}"
+        )
     if body.get("resume") is not None:
         if messages:
             raise BadRequest("send messages or resume, not both: answer the thread's interrupts first")
@@ -161,3 +179,14 @@ def parse_run(raw: bytes, allow_system: bool) -> tuple[dict[str, Any] | Resume |
             raise BadRequest(str(exc)) from None
     parsed = [_message(m, i, allow_system) for i, m in enumerate(messages)]
     return ({"messages": parsed} if parsed else None), config
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: a duplicate (``{"i": false, "i": true}``, where the last would
+    win) is refused, naming it."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise BadRequest(f"the body says {key!r} twice in one object: say each key once")
+        seen[key] = value
+    return seen
