@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tenxgraph import Reply, ScriptedModel
+from tenxgraph import Message, Reply, ScriptedModel
+from tenxgraph.core import crashpoints
+from tenxgraph.core.tools.context import current_run
 from tenxgraph.prebuilt import ReactAgent
-from tenxgraph.server.doors import parse_tokens
+from tenxgraph.server.doors import Doors, Refused, client_key, parse_tokens
 from tenxgraph.server.limits import Limits
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
@@ -17,6 +23,8 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
 from tenxgraph.server import create_app
+from tenxgraph.server.recovery import Recovery
+from tests.test_server import ROOT, free_port, start_server
 
 LOCAL = "http://127.0.0.1"
 RUN = {"messages": [{"role": "user", "text": "refund order 1042", "message_id": "req-1"}]}
@@ -118,3 +126,100 @@ def test_a_resume_that_names_an_interrupt_twice_is_a_422(tmp_path: Path) -> None
     with client(create_app(graph, recovery=False)) as c:
         answer = c.post("/threads/t/runs", content=body, headers={"content-type": "application/json"})
     assert answer.status_code == 422 and "'intr_1' twice" in answer.json()["error"], answer.text
+
+
+# -- 4: a run stopped by a limit is not running, and what resumes it keeps its limits -----------------------------
+def looping_graph(db: Path, runs: list[str], timeouts: list[float | None] | None = None) -> Any:
+    def refund_order(order_id: str) -> str:
+        """Refund an order."""
+        runs.append(order_id)
+        run = current_run()
+        (timeouts if timeouts is not None else []).append(run.config.tool_timeout if run is not None else None)
+        return "refunded"
+
+    model = ScriptedModel([Reply(tool_calls=[("refund_order", {"order_id": str(i)})]) for i in range(30)])
+    return ReactAgent(model, tools=[refund_order]).compile(SqliteCheckpointer(db))
+
+
+def test_a_run_its_limit_stopped_is_not_recovered(tmp_path: Path) -> None:
+    runs: list[str] = []
+    graph = looping_graph(tmp_path / "a.db", runs)
+    with client(create_app(graph, recovery=False)) as c:
+        answer = c.post("/threads/t/runs", json={**RUN, "config": {"recursion_limit": 4}})
+        assert answer.status_code == 500 and len(runs) == 2
+        meta = c.get("/threads/t/state").json()["values"]["meta"]
+    assert meta["status"] == "error" and meta["limits"]["recursion_limit"] == 4  # not "running": nothing to recover
+    assert asyncio.run(Recovery(graph).recover("t")) == "gone" and len(runs) == 2
+
+
+def test_a_recovered_run_keeps_the_limits_it_was_started_with(tmp_path: Path) -> None:
+    runs: list[str] = []
+    seen: list[float | None] = []
+    graph = looping_graph(tmp_path / "a.db", runs, seen)
+    config = {"thread_id": "t", "recursion_limit": 4, "tool_timeout": 7.5}
+    with crashpoints.armed("node.after_complete", 2), pytest.raises(crashpoints.CrashInjected):
+        graph.invoke({"messages": [Message.text_message("go")]}, config)  # killed after its first tool node
+    assert len(runs) == 1
+    assert asyncio.run(Recovery(graph).recover("t")) == "failed"  # stopped by its own limit again
+    assert len(runs) == 2 and seen == [7.5, 7.5]  # 4 nodes in all (not 25 more), with its tool timeout
+    state = graph.get_state("t")
+    assert state is not None and state.meta.status == "error" and "recursion_limit=4" in str(state.meta.error)
+
+
+# -- 5, 6: throttling and proxies ---------------------------------------------------------------------------------
+class _Request:
+    """What :meth:`Doors.enter` reads of a request, from any client address."""
+
+    def __init__(self, host: str, token: str) -> None:
+        self.method = "GET"
+        self.headers = {"host": "127.0.0.1", "authorization": f"Bearer {token}"}
+        self.client = type("Client", (), {"host": host})()
+
+
+def test_wrong_tokens_are_throttled_per_ipv6_64_and_never_lock_out_the_right_one() -> None:
+    doors = Doors(token="s3cret")
+    statuses = []
+    for i in range(8):  # one host rotating through its /64
+        try:
+            asyncio.run(doors.enter(_Request(f"2001:db8::{i + 1:x}", f"guess{i}")))
+        except Refused as refused:
+            statuses.append(refused.status)
+    assert statuses == [401] * 6 + [429] * 2
+    assert asyncio.run(doors.enter(_Request("2001:db8::99", "s3cret"))) is None  # the right token: let in
+    with pytest.raises(Refused) as other:  # another /64 is another client: not locked out
+        asyncio.run(doors.enter(_Request("2001:db8:0:1::1", "guess")))
+    assert other.value.status == 401
+    assert client_key("::ffff:10.0.0.1") == "10.0.0.1" and client_key("10.0.0.1") == "10.0.0.1"
+
+
+def _wrong_tokens(port: int, forwarded: bool) -> list[int]:
+    statuses = []
+    for i in range(8):
+        headers = {"authorization": f"Bearer guess{i}"}
+        if forwarded:
+            headers["x-forwarded-for"] = f"203.0.113.{i + 1}"
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/threads/t/state", headers=headers)
+        try:
+            urllib.request.urlopen(request, timeout=10)
+        except urllib.error.HTTPError as exc:
+            statuses.append(exc.code)
+    return statuses
+
+
+def test_forwarded_addresses_are_trusted_only_from_the_proxies_the_operator_names(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TENX_BACKEND": "sqlite", "TENX_TARGET": str(tmp_path / "s.db"),
+           "TENX_EFFECTS": str(tmp_path / "effects.log"), "TENXGRAPH_API_TOKEN": "s3cret"}  # fmt: skip
+    port = free_port()
+    server = start_server(port, env)
+    try:  # a local client rotating X-Forwarded-For is still one address: throttled after 5
+        assert _wrong_tokens(port, forwarded=True) == [401] * 6 + [429] * 2
+    finally:
+        server.terminate()
+        server.wait(30)
+    port = free_port()
+    server = start_server(port, env, "--forwarded-allow-ips", "127.0.0.1")
+    try:  # behind a proxy the operator named, each forwarded address is a client of its own
+        assert _wrong_tokens(port, forwarded=True) == [401] * 8
+    finally:
+        server.terminate()
+        server.wait(30)

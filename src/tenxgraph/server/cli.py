@@ -11,7 +11,13 @@ import sys
 from typing import Any
 
 from tenxgraph.core.graph.compiled import CompiledGraph
-from tenxgraph.server.serve_options import add_door_options, check_doors, door_kwargs, header_timeout_protocol
+from tenxgraph.server.serve_options import (
+    add_door_options,
+    check_doors,
+    door_kwargs,
+    header_timeout_protocol,
+    proxy_settings,
+)
 from tenxgraph.utils.constants import DISTRIBUTION, install_hint
 from tenxgraph.utils.events import emit_event, log_json_lines
 
@@ -105,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         timeout_graceful_shutdown=args.shutdown_timeout,
         limit_concurrency=args.limit_concurrency,
         http=header_timeout_protocol(args.header_timeout),
+        **proxy_settings(args.forwarded_allow_ips),
         workers=args.workers if args.workers > 1 else None,
         factory=args.workers > 1,
     )

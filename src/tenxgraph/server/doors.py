@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import inspect
+import ipaddress
 import re
 import time
 from collections import OrderedDict
@@ -148,12 +149,15 @@ class Doors:
         return await self._owner(request)
 
     async def _owner(self, request: Any) -> str | None:
+        """The token is checked first and only failures are throttled: a client with the right token is never
+        locked out by wrong ones sent from its address (a NAT, a shared proxy). Tokens must be long and random:
+        the throttle slows noise and load, guessing is what their length defeats."""
         if self.token is None and self.tokens is None and self.authenticate is None:
             return None
-        client = request.client.host if request.client else "?"
-        self.throttle.check(client)
+        client = client_key(request.client.host if request.client else "?")
         owner = await self._identify(request)
         if owner is None:
+            self.throttle.check(client)
             self.throttle.failed(client)
             raise Refused(401, "missing or wrong bearer token (Authorization: Bearer <token>)", bearer())
         self.throttle.passed(client)
@@ -181,6 +185,20 @@ class Doors:
             if hmac.compare_digest(given.encode(), token.encode()):
                 found_owner = owner
         return found_owner
+
+
+def client_key(host: str) -> str:
+    """Whom the throttle counts: an IPv4 address, or an IPv6 address's /64 (one host's usual allocation: its
+    addresses within it are one client)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
 
 
 def bearer() -> dict[str, str]:

@@ -64,6 +64,13 @@ def add_door_options(serve: argparse.ArgumentParser) -> None:
     doors.add_argument(
         "--limit-concurrency", type=int, default=1024, help="connections at once; beyond them, 503 (default 1024)"
     )
+    doors.add_argument(
+        "--forwarded-allow-ips",
+        default=None,
+        help="proxies (comma-separated addresses or networks, uvicorn's setting) whose X-Forwarded-For and "
+        "X-Forwarded-Proto name the client; default none: a client's address is its connection's, whatever it "
+        "sends (a loopback peer's forwarded header is not trusted either)",
+    )
     for name in CEILINGS:
         doors.add_argument(
             "--max-" + name.replace("_", "-"),
@@ -154,3 +161,12 @@ def header_timeout_protocol(seconds: float) -> Any:
     from tenxgraph.server.slow_clients import HeaderDeadline
 
     return partial(HeaderDeadline, header_timeout=seconds)
+
+
+def proxy_settings(forwarded_allow_ips: str | None) -> dict[str, Any]:
+    """uvicorn's proxy-header settings: off unless the operator names the proxies to trust (uvicorn trusts a
+    loopback peer's ``X-Forwarded-For`` by default, which lets any local client pick the address it is throttled
+    by)."""
+    if not forwarded_allow_ips or not forwarded_allow_ips.strip():
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": forwarded_allow_ips.strip()}

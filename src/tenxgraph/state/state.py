@@ -30,6 +30,9 @@ class ExecutionMeta:
     #: their answers (in the ledger) are found again by every run that re-runs it. Status ``interrupted``: the run
     #: stopped to wait for them.
     interrupts: list[dict[str, JSON]] = field(default_factory=list)
+    #: The limits the current run was started with (those its config said), and ``from_step``, the step it
+    #: started at: a resume that says none of its own keeps them, and counts its nodes from that step.
+    limits: dict[str, JSON] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, JSON]:
         out: dict[str, JSON] = {
@@ -42,6 +45,8 @@ class ExecutionMeta:
             out["recoveries"] = self.recoveries
         if self.interrupts:
             out["interrupts"] = list(self.interrupts)
+        if self.limits:
+            out["limits"] = dict(self.limits)
         return out
 
     @classmethod
@@ -53,6 +58,7 @@ class ExecutionMeta:
             error=data.get("error"),
             recoveries=int(data.get("recoveries") or 0),
             interrupts=list(data.get("interrupts") or []),
+            limits=dict(data.get("limits") or {}),
         )
 
 

@@ -269,8 +269,12 @@ class _Run(Generic[S]):
             emit_event("run_resumed", logging.INFO, thread_id=tid, node=meta.current_node, status=meta.status)
             self.resuming = True
         if meta.status in ("running", "error") and meta.current_node not in (None, END):
+            own, self.cfg = self.cfg, self.cfg.resuming(meta.limits)  # a resume keeps its run's limits
+            if "recursion_limit" not in own.given:  # ... and counts the run's nodes from where it started
+                self.steps = max(0, meta.step - int(meta.limits.get("from_step", meta.step)))
             async for event in self.loop(last=not (messages or values)):
                 yield event
+            self.cfg, self.steps = own, 0
             if self.paused:
                 return
         fresh = self.unseen(messages, "input")
@@ -332,6 +336,7 @@ class _Run(Generic[S]):
         self.state.meta.current_node = self.graph.entry_point
         self.state.meta.status = "running"
         self.state.meta.error = None
+        self.state.meta.limits = {**self.cfg.limits(), "from_step": self.state.meta.step}
 
     async def loop(self, last: bool) -> AsyncIterator[StreamEvent]:
         """Run nodes until END. *last*: no input follows this walk, so its END write is the run's last one."""
@@ -342,11 +347,14 @@ class _Run(Generic[S]):
             if self.observer.stop:  # the caller stopped reading: stop between nodes (resumable, nothing abandoned)
                 self.paused = True
                 return
-            if self.steps >= cfg.recursion_limit:
-                raise GraphRecursionError(
-                    f"thread {cfg.thread_id!r} ran {self.steps} nodes without finishing (recursion_limit="
-                    f"{cfg.recursion_limit}); it stopped before node {node!r} and stays resumable: check the "
-                    f"graph for a loop, or resume with invoke(None, {{'thread_id': ..., 'recursion_limit': N}})"
+            if self.steps >= cfg.recursion_limit:  # stopped by its limit: status error, not running (no recovery)
+                await self._fail(
+                    node,
+                    GraphRecursionError(
+                        f"thread {cfg.thread_id!r} ran {self.steps} nodes without finishing (recursion_limit="
+                        f"{cfg.recursion_limit}); it stopped before node {node!r} and stays resumable: check the "
+                        f"graph for a loop, or resume with invoke(None, {{'thread_id': ..., 'recursion_limit': N}})"
+                    ),
                 )
             crash_point("run.before_node")
             try:

@@ -6,6 +6,7 @@ session lock only when its backend notices the dead connection, a few millisecon
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping
@@ -19,6 +20,8 @@ from tenxgraph.utils.errors import ConfigError
 log = logging.getLogger(LOGGER_NAME)
 
 KNOWN_KEYS = ("thread_id", "node_timeout", "tool_timeout", "recursion_limit", "lock_timeout", "tracer_provider")
+#: The run's limits: stored with the thread when a run's config says them, kept by a resume that does not.
+LIMIT_KEYS = ("recursion_limit", "node_timeout", "tool_timeout")
 
 
 def parse_timeout(name: str, value: object) -> float | None:
@@ -42,6 +45,19 @@ class RunConfig:
     lock_timeout: float | None = None
     #: An OpenTelemetry TracerProvider for this run's spans (default: the global one; none configured: no spans).
     tracer_provider: object | None = None
+    #: The limits the config says itself (of :data:`LIMIT_KEYS`): a run stores them, and a resume that does not
+    #: say its own keeps them (:meth:`resuming`).
+    given: frozenset[str] = frozenset()
+
+    def limits(self) -> dict[str, Any]:
+        """The limits this config says itself, as a run stores them with its thread."""
+        return {key: getattr(self, key) for key in LIMIT_KEYS if key in self.given}
+
+    def resuming(self, stored: Mapping[str, Any]) -> RunConfig:
+        """This config for a resume of a run that was started with the limits *stored*: each limit this config
+        does not say is the run's (a recovery keeps a client's ``recursion_limit`` of 4, and its timeouts)."""
+        kept = {k: stored[k] for k in LIMIT_KEYS if k in stored and k not in self.given}
+        return dataclasses.replace(self, **kept) if kept else self
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> RunConfig:
@@ -72,4 +88,5 @@ class RunConfig:
             recursion_limit=limit,
             lock_timeout=parse_timeout("lock_timeout", config.get("lock_timeout", 0)),
             tracer_provider=config.get("tracer_provider"),
+            given=frozenset(k for k in LIMIT_KEYS if k in config),
         )
