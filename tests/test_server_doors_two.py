@@ -223,3 +223,20 @@ def test_forwarded_addresses_are_trusted_only_from_the_proxies_the_operator_name
     finally:
         server.terminate()
         server.wait(30)
+
+
+# -- 11: the metrics are the operator's ---------------------------------------------------------------------------
+def test_metrics_are_the_operators_not_any_owners(tmp_path: Path) -> None:
+    graph = ReactAgent(ScriptedModel(["hi"] * 3), tools=[]).compile(SqliteCheckpointer(tmp_path / "a.db"))
+    owners = parse_tokens("alice=ta,bob=tb", "OWNERS")
+    with client(create_app(graph, tokens=owners, recovery=False), authorization="Bearer ta") as alice:
+        refused = alice.get("/metrics")
+        assert refused.status_code == 403 and "--metrics-token-env" in refused.json()["error"]
+        assert "tenxgraph_threads_waiting" not in refused.text
+    app = create_app(graph, tokens=owners, metrics_token="ops", recovery=False)
+    with client(app, authorization="Bearer ta") as alice, client(app, authorization="Bearer ops") as operator:
+        assert alice.get("/metrics").status_code == 401  # an owner's token does not open it
+        assert alice.post("/threads/t/runs", json=RUN).status_code == 200  # (and it still opens the owner's)
+        metrics = operator.get("/metrics")
+        assert metrics.status_code == 200 and "tenxgraph_threads_waiting" in metrics.text
+        assert operator.get("/threads/t/state").status_code == 401  # the metrics token opens nothing else

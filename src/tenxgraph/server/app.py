@@ -115,14 +115,19 @@ def create_app(
         token=door_args.get("token"),
         tokens=door_args.get("tokens"),
         authenticate=door_args.get("authenticate"),
+        metrics_token=door_args.get("metrics_token"),
     )
 
-    def guarded(handler: Handler, auth: bool = True) -> Callable[[Request], Awaitable[Response]]:
+    def guarded(
+        handler: Handler, auth: bool = True, operator: bool = False
+    ) -> Callable[[Request], Awaitable[Response]]:
         async def check(request: Request) -> Response:
             started = time.perf_counter()
             thread_id = request.path_params.get("thread_id")
             try:
-                owner = await doors.enter(request, auth=auth)
+                owner = None if operator else await doors.enter(request, auth=auth)
+                if operator:  # the operator's endpoint (/metrics): its own door
+                    await doors.enter_metrics(request)
                 if thread_id is not None and (problem := id_problem(thread_id, THREAD_ID_MAX_BYTES)) is not None:
                     raise BadRequest(f"the thread id {problem}")
                 if thread_id is not None and id_problem(stored_id(owner, thread_id), THREAD_ID_MAX_BYTES):
@@ -281,7 +286,7 @@ def create_app(
             Route("/threads/{thread_id}/runs/stream", guarded(run_stream), methods=["POST"]),
             Route("/threads/{thread_id}/state", guarded(state), methods=["GET"]),
             Route("/healthz", guarded(healthz, auth=False), methods=["GET"]),
-            Route("/metrics", guarded(prometheus), methods=["GET"]),
+            Route("/metrics", guarded(prometheus, operator=True), methods=["GET"]),
         ],
         lifespan=lifespan,
     )

@@ -97,6 +97,7 @@ class DoorArgs(TypedDict, total=False):
     allowed_hosts: tuple[str, ...] | None
     allowed_origins: tuple[str, ...]
     allow_system_messages: bool
+    metrics_token: str | None
 
 
 @dataclass
@@ -108,6 +109,8 @@ class Doors:
     token: str | None = None
     tokens: Mapping[str, str] | None = None  # token -> owner
     authenticate: Authenticate | None = None
+    #: The operator's token for ``/metrics`` (every owner's activity): with owners, no other token opens it.
+    metrics_token: str | None = None
     throttle: Throttle = field(default_factory=Throttle)
 
     def __post_init__(self) -> None:
@@ -116,6 +119,8 @@ class Doors:
             raise ConfigError(f"create_app: give one of token=, tokens= and authenticate=, not {' and '.join(chosen)}")
         if self.token is not None and not self.token.strip():
             raise ConfigError("create_app(token=...) is empty: an empty token would turn authentication off")
+        if self.metrics_token is not None and not self.metrics_token.strip():
+            raise ConfigError("create_app(metrics_token=...) is empty: give the operator's metrics a token")
         for token, owner in (self.tokens or {}).items():
             if not token.strip():
                 raise ConfigError(f"create_app(tokens=...): owner {owner!r} has an empty token")
@@ -134,6 +139,11 @@ class Doors:
         every request in: a load balancer's probe names the machine's address as its ``Host``."""
         if not auth:
             return None
+        self._place(request)
+        return await self._owner(request)
+
+    def _place(self, request: Any) -> None:
+        """Where the request comes from and what it carries: its ``Host``, its ``Origin``, a JSON body."""
         host = host_of(request.headers.get("host", ""))
         if not host_allowed(host, self.allowed_hosts):
             raise Refused(
@@ -146,7 +156,27 @@ class Doors:
             kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
                 raise Refused(415, f"send the body as Content-Type: application/json, not {kind or 'none'!r}")
-        return await self._owner(request)
+
+    async def enter_metrics(self, request: Any) -> None:
+        """``/metrics`` shows every owner's activity: it is the operator's. Its own token when one is set; else
+        the shared token (its holder runs the server), or nothing on an open loopback server; with owners and no
+        metrics token, 403."""
+        self._place(request)
+        if self.metrics_token is not None:
+            client = client_key(request.client.host if request.client else "?")
+            if not hmac.compare_digest(_bearer_of(request).encode(), self.metrics_token.encode()):
+                self.throttle.check(client)
+                self.throttle.failed(client)
+                raise Refused(401, "/metrics takes the operator's metrics token (Authorization: Bearer ...)", bearer())
+            self.throttle.passed(client)
+            return
+        if self.tokens is not None or self.authenticate is not None:
+            raise Refused(
+                403,
+                "/metrics shows every owner's activity: it is the operator's; set a metrics token "
+                "(tenxgraph serve --metrics-token-env VAR, create_app(metrics_token=...))",
+            )
+        await self._owner(request)
 
     async def _owner(self, request: Any) -> str | None:
         """The token is checked first and only failures are throttled: a client with the right token is never
@@ -174,10 +204,9 @@ class Doors:
             if owner is not None and not OWNER.fullmatch(owner):
                 raise ConfigError(f"authenticate() returned owner {owner!r}: it must match {OWNER.pattern}")
             return owner
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer":  # (RFC 7235: the scheme is case-insensitive)
+        given = _bearer_of(request)
+        if not given:
             return None
-        given = given.strip()
         if self.token is not None:
             return "" if hmac.compare_digest(given.encode(), self.token.encode()) else None
         found_owner = None
@@ -199,6 +228,12 @@ def client_key(host: str) -> str:
             return str(address.ipv4_mapped)
         return str(ipaddress.ip_network(f"{address}/64", strict=False))
     return str(address)
+
+
+def _bearer_of(request: Any) -> str:
+    """The request's bearer token ("" without one; RFC 7235: the scheme is case-insensitive)."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return given.strip() if scheme.lower() == "bearer" else ""
 
 
 def bearer() -> dict[str, str]:

@@ -65,6 +65,12 @@ def add_door_options(serve: argparse.ArgumentParser) -> None:
         "--limit-concurrency", type=int, default=1024, help="connections at once; beyond them, 503 (default 1024)"
     )
     doors.add_argument(
+        "--metrics-token-env",
+        default=None,
+        help="environment variable holding the operator's token for /metrics (every owner's activity); with "
+        "--tokens-env, /metrics is 403 without it",
+    )
+    doors.add_argument(
         "--forwarded-allow-ips",
         default=None,
         help="proxies (comma-separated addresses or networks, uvicorn's setting) whose X-Forwarded-For and "
@@ -114,6 +120,12 @@ def door_kwargs(settings: dict[str, Any]) -> dict[str, Any]:
         kwargs["tokens"] = parse_tokens(os.environ[name], name)
     else:
         kwargs["token"] = _token(settings)
+    if settings.get("metrics_token_env"):
+        name = settings["metrics_token_env"]
+        value = os.environ.get(name)
+        if value is None or not value.strip():
+            raise ConfigError(f"--metrics-token-env {name}: the variable is not set or empty; export {name}=<token>")
+        kwargs["metrics_token"] = value.strip()
     host = settings["host"]
     hosts = settings["allowed_host"] or [
         *LOOPBACK_HOSTS,
