@@ -715,7 +715,7 @@ def mcp_hints_trusted_as_read() -> None:
     from tenxgraph.core.tools.effects import Effect
     from tenxgraph.integrations.mcp import tools
 
-    tools.effect_of = lambda annotations: Effect.READ
+    tools.effect_of = lambda annotations, trusted=True: Effect.READ
 
 
 def mcp_key_not_sent() -> None:

@@ -55,8 +55,9 @@ def repo(tmp_path: Path) -> Path:
     return repo
 
 
-def git_server(repo: Path) -> MCPSession:
-    return MCPSession.stdio(sys.executable, ["-m", "mcp_server_git", "--repository", str(repo)], name="git")
+def git_server(repo: Path, trusted: bool = True) -> MCPSession:
+    args = ["-m", "mcp_server_git", "--repository", str(repo)]
+    return MCPSession.stdio(sys.executable, args, name="git", trusted=trusted)
 
 
 def commits(repo: Path) -> int:
@@ -75,6 +76,11 @@ def test_tools_get_their_effect_class_from_their_annotations(desk: tuple[MCPSess
     assert theirs["git_status"] == theirs["git_log"] == Effect.READ
     assert theirs["git_add"] == theirs["git_reset"] == Effect.IDEMPOTENT
     assert theirs["git_commit"] == theirs["git_create_branch"] == theirs["git_checkout"] == Effect.EXTERNAL
+    with git_server(repo, trusted=False) as untrusted:  # a server not marked trusted: its hints are only hints
+        hinted = {t.name: (t.effect, t.policy) for t in mcp_tools(untrusted)}
+        told = {t.name: t.effect for t in mcp_tools(untrusted, ToolOptions(effects={"git_status": "read"}))}
+    assert set(hinted.values()) == {(Effect.EXTERNAL, "fail")}  # git_status too: every call recorded and watched
+    assert told["git_status"] == Effect.READ  # what its user says still counts
     changed = {t.name: t.effect for t in mcp_tools(session, ToolOptions(effects={"get_ticket": "external"}))}
     assert changed["get_ticket"] == Effect.EXTERNAL
     with pytest.raises(ConfigError, match=r"MCP server 'tickets' has no tool \['close_ticket'\]; its tools: \["):

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def ticket_server(db: str | Path) -> MCPSession:
     """The ticket desk, its rows in *db* (a file of its own, outside the agent's process)."""
     args = ["-m", "examples.mcp_tools.ticket_server", "--db", str(db)]
-    return MCPSession.stdio(sys.executable, args, cwd=str(ROOT), name="tickets")
+    return MCPSession.stdio(sys.executable, args, cwd=str(ROOT), name="tickets", trusted=True)  # (our own server)
 
 
 @contextlib.contextmanager
@@ -74,7 +74,7 @@ def build_agent(session: MCPSession, checkpointer: BaseCheckpointer | None = Non
 
 def git_server() -> MCPSession:
     """The official git MCP server (``mcp-server-git``, from the package index), as published."""
-    return MCPSession.stdio(sys.executable, ["-m", "mcp_server_git"], name="git")
+    return MCPSession.stdio(sys.executable, ["-m", "mcp_server_git"], name="git", trusted=True)  # (published)
 
 
 def build_release_agent(git: MCPSession, repo: str | Path, checkpointer: BaseCheckpointer | None = None) -> Any:

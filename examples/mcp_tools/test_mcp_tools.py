@@ -43,7 +43,10 @@ def server_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def session(server_db: Path) -> Iterator[MCPSession]:
     """One ticket server for the module, over streamable HTTP (a forked SIGKILL child opens its own session to it,
     as a new worker would)."""
-    with ticket_server_over_http(server_db, server_db.with_suffix(".log")) as url, MCPSession.http(url) as opened:
+    with (
+        ticket_server_over_http(server_db, server_db.with_suffix(".log")) as url,
+        MCPSession.http(url, trusted=True) as opened,  # (our own server: its annotations are its truth)
+    ):
         yield opened
 
 

@@ -169,13 +169,15 @@ _lock = threading.Lock()
 _sending: dict[str, list[_Sent]] = {}  # server tool name -> calls on their way (the SDK runs on its own thread)
 
 
-def mcp_declaration(name: str, annotations: Any, options: Any) -> tuple[str, str | None]:
+def mcp_declaration(name: str, annotations: Any, options: Any, trusted: bool = True) -> tuple[str, str | None]:
     """An MCP tool's effect class and in-doubt policy, from what its user said (``ToolOptions``) and else the
-    server's own annotations, as docs/mcp.md maps them: ``readOnlyHint`` → read, ``idempotentHint`` → idempotent,
-    any other (or none) → external."""
+    server's own annotations if the user trusts the server, as docs/mcp.md maps them: ``readOnlyHint`` → read,
+    ``idempotentHint`` → idempotent, any other (or none, or an untrusted server's) → external."""
     said = options.effects.get(name)
     if said is not None:
         effect = str(getattr(said, "value", said))
+    elif not trusted:
+        effect = "external"
     elif annotations is not None and annotations.read_only_hint:
         effect = "read"
     elif annotations is not None and annotations.idempotent_hint:
@@ -189,10 +191,11 @@ def _wrap_mcp(tool: Tool) -> None:
     """Watch an MCP tool's calls where its server gets them: in the official SDK's ``ClientSession.call_tool``."""
     fn = tool.fn
     found = inspect.getclosurevars(fn).nonlocals
-    listed, options = found.get("listed"), found.get("options")
+    listed, options, session = found.get("listed"), found.get("options"), found.get("session")
     if listed is None or options is None or getattr(fn, _MARK, False):
         return
-    effect, policy = mcp_declaration(listed.name, listed.annotations, options)
+    trusted = bool(getattr(session, "trusted", True))
+    effect, policy = mcp_declaration(listed.name, listed.annotations, options, trusted)
     _watch_sdk()
 
     @functools.wraps(fn)

@@ -36,10 +36,16 @@ class MCPSession:
     """One MCP server, connected on first use and kept open: ``MCPSession.stdio("mcp-server-git", ["--repository",
     path])`` or ``MCPSession.http("http://127.0.0.1:8765/mcp")``. ``close()`` (or ``with``/``async with``) ends it."""
 
-    def __init__(self, name: str, opener: Opener, where: str, *, connect_timeout: float = 30.0) -> None:
+    def __init__(
+        self, name: str, opener: Opener, where: str, *, connect_timeout: float = 30.0, trusted: bool = False
+    ) -> None:
         if connect_timeout <= 0:
             raise ConfigError(f"connect_timeout must be > 0 seconds, got {connect_timeout!r}")
         self.name, self.where, self.connect_timeout = name, where, connect_timeout
+        #: Whether its tools' annotations set their effect classes. An untrusted server's hints are hints (the
+        #: SDK's own docs): a tool claiming ``readOnlyHint`` while it writes would run again; so every call of an
+        #: untrusted server's tool is ``external`` unless ``ToolOptions`` says otherwise.
+        self.trusted = trusted
         self._opener = opener
         self._guard = threading.Lock()
         self._pid = -1
@@ -61,20 +67,25 @@ class MCPSession:
         cwd: str | None = None,
         name: str | None = None,
         connect_timeout: float = 30.0,
+        trusted: bool = False,
     ) -> MCPSession:
         """A server started as a subprocess speaking MCP on its stdin/stdout (its stderr goes to a file of ours:
-        its last lines are in the error when it cannot start)."""
+        its last lines are in the error when it cannot start). *trusted*: its annotations set effect classes."""
         params = StdioServerParameters(command=command, args=list(args), env=dict(env) if env else None, cwd=cwd)
         label = name or os.path.basename(command)
         return cls(label, lambda errlog: stdio_client(params, errlog=errlog), " ".join([command, *args]),
-                   connect_timeout=connect_timeout)  # fmt: skip
+                   connect_timeout=connect_timeout, trusted=trusted)  # fmt: skip
 
     @classmethod
-    def http(cls, url: str, *, name: str | None = None, connect_timeout: float = 30.0) -> MCPSession:
-        """A server reached over streamable HTTP at *url* (its endpoint, such as ``http://host:port/mcp``)."""
+    def http(
+        cls, url: str, *, name: str | None = None, connect_timeout: float = 30.0, trusted: bool = False
+    ) -> MCPSession:
+        """A server reached over streamable HTTP at *url* (its endpoint, such as ``http://host:port/mcp``).
+        *trusted*: its annotations set effect classes."""
         from mcp.client.streamable_http import streamable_http_client
 
-        return cls(name or url, lambda errlog: streamable_http_client(url), url, connect_timeout=connect_timeout)
+        return cls(name or url, lambda errlog: streamable_http_client(url), url, connect_timeout=connect_timeout,
+                   trusted=trusted)  # fmt: skip
 
     def __repr__(self) -> str:
         return f"MCPSession({self.name!r}: {self.where})"

@@ -36,9 +36,12 @@ KEY_META = "tenxgraph/idempotency-key"
 _CONTEXT = "_tenxgraph_call"  # the parameter our tool function gets the call's context in (never shown)
 
 
-def effect_of(annotations: types.ToolAnnotations | None) -> Effect:
+def effect_of(annotations: types.ToolAnnotations | None, trusted: bool = True) -> Effect:
     """The effect class an MCP tool's annotations say (see the module's table; no annotation at all: the spec's
-    defaults, a write that cannot simply run again)."""
+    defaults, a write that cannot simply run again). A server not *trusted* gets ``external`` whatever it says:
+    its hints are hints, and a false ``readOnlyHint`` would have a write run again."""
+    if not trusted:
+        return Effect.EXTERNAL
     return effect_from_hints(annotations.model_dump() if annotations is not None else {}) or Effect.EXTERNAL
 
 
@@ -81,7 +84,8 @@ def to_tool(session: MCPSession, listed: types.Tool, options: ToolOptions) -> To
     declared = options.effects.get(listed.name)
     policy, reconcile = options.on_in_doubt.get(listed.name), options.reconcile.get(listed.name)
     try:
-        effect = check_policy(policy, reconcile, declared if declared is not None else effect_of(listed.annotations))
+        hinted = effect_of(listed.annotations, session.trusted)
+        effect = check_policy(policy, reconcile, declared if declared is not None else hinted)
     except ValueError as exc:
         raise ConfigError(f"MCP tool {listed.name!r} of server {session.name!r}: {exc}") from None
     schema: dict[str, Any] = dict(listed.input_schema)
