@@ -62,25 +62,39 @@ def docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
     return summary.strip(), params
 
 
-def matches(value: JSON, schema: dict[str, JSON]) -> bool:
-    if "anyOf" in schema:
-        return any(matches(value, s) for s in schema["anyOf"])
-    if "enum" in schema:
-        return value in schema["enum"]
-    kind = schema.get("type")
-    checks: dict[str, Callable[[JSON], bool]] = {
-        "string": lambda v: isinstance(v, str),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        "boolean": lambda v: isinstance(v, bool),
-        "null": lambda v: v is None,
-        "object": lambda v: isinstance(v, dict),
-        "array": lambda v: isinstance(v, list),
-    }
-    if kind is None:
+_CHECKS: dict[str, Callable[[JSON], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+}
+
+
+def matches(value: JSON, schema: JSON) -> bool:
+    """Whether *value* fits *schema*, for the schemas our own tools generate (types, ``anyOf``, ``enum``,
+    ``items``). Total: any other schema (``true``/``false``, a list of types, tuple-form ``items``, keywords it
+    does not know) is judged by what it understands and never raises. A server's schemas are validated with a
+    JSON Schema library instead (see the MCP integration)."""
+    if isinstance(schema, bool):
+        return schema
+    if not isinstance(schema, dict):
         return True
-    if not checks[kind](value):
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if isinstance(options, list) and options and not any(matches(value, s) for s in options):
+            return False
+    if isinstance(schema.get("enum"), list) and value not in schema["enum"]:
         return False
-    if kind == "array" and "items" in schema:
-        return all(matches(v, schema["items"]) for v in value)
+    kind = schema.get("type")
+    kinds = [k for k in (kind if isinstance(kind, list) else [kind]) if isinstance(k, str) and k in _CHECKS]
+    if kinds and not any(_CHECKS[k](value) for k in kinds):
+        return False
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, dict | bool):
+        return all(matches(v, items) for v in value)
+    if isinstance(value, list) and isinstance(items, list):  # tuple form: one schema per position
+        return all(matches(v, s) for v, s in zip(value, items, strict=False))
     return True

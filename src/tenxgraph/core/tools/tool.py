@@ -183,6 +183,9 @@ class Tool:
     effect: Effect | None = None
     #: Whether a call needs a person's approval before it runs: always, never, or by its arguments.
     approval: ApprovalRule = False
+    #: Checks arguments against a schema the runtime did not make (an MCP server's): the problems, in words a
+    #: model can act on (None: the built-in checks of the schemas :meth:`from_function` makes).
+    validate: Callable[[dict[str, JSON]], list[str]] | None = None
 
     @classmethod
     def from_function(
@@ -317,11 +320,16 @@ class Tool:
         extra = [a for a in raw if a not in props]
         if extra:
             problems.append(f"unknown argument(s) {', '.join(extra)} (accepted: {', '.join(props) or 'none'})")
-        for arg, value in raw.items():
-            schema = props.get(arg)
-            if schema is not None and not matches(value, schema):
-                expected = schema.get("type") or schema.get("enum") or "see schema"
-                problems.append(f"argument {arg} should be {expected}, got {json.dumps(value)}")
+        if self.validate is not None:  # a schema from elsewhere (an MCP server): a JSON Schema library's verdict
+            problems += self.validate(raw)
+        else:
+            for arg, value in raw.items():
+                schema = props.get(arg)
+                if schema is not None and not matches(value, schema):
+                    expected = (schema.get("type") or schema.get("enum") if isinstance(schema, dict) else None) or (
+                        "see schema"
+                    )
+                    problems.append(f"argument {arg} should be {expected}, got {json.dumps(value)}")
         if problems:
             raise ToolArgumentError(f"invalid call to {self.name}: " + "; ".join(problems))
         return raw

@@ -26,6 +26,7 @@ from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.tools.context import ToolCallInfo
 from tenxgraph.core.tools.effects import Effect, effect_from_hints
 from tenxgraph.core.tools.tool import Reconcile, Tool, ToolOutput, check_policy
+from tenxgraph.integrations.mcp.checks import argument_checker, capped, checked_schema, description
 from tenxgraph.integrations.mcp.session import MCPSession
 from tenxgraph.state.messages import JSON
 from tenxgraph.utils.errors import ConfigError
@@ -95,6 +96,7 @@ def to_tool(session: MCPSession, listed: types.Tool, options: ToolOptions) -> To
         properties.pop(options.key_argument)
         schema["required"] = [r for r in schema.get("required", []) if r != options.key_argument]
     schema["properties"] = properties
+    schema = checked_schema(listed.name, session.name, schema)
 
     async def call(**arguments: Any) -> ToolOutput:
         info: ToolCallInfo = arguments.pop(_CONTEXT)
@@ -102,11 +104,11 @@ def to_tool(session: MCPSession, listed: types.Tool, options: ToolOptions) -> To
             arguments[options.key_argument] = info.idempotency_key
         result = await session.acall_tool(listed.name, arguments, {KEY_META: info.idempotency_key})
         crash_point("tool.in_flight")  # the server did what it did; the call has not returned yet
-        return output_of(result)
+        return capped(output_of(result), listed.name, session.name)
 
     return Tool(
         name=name,
-        description=listed.description or listed.title or f"the {listed.name} tool of MCP server {session.name!r}",
+        description=description(listed.description or listed.title, session.name, listed.name),
         fn=call,
         parameters=schema,
         is_async=True,
@@ -114,6 +116,7 @@ def to_tool(session: MCPSession, listed: types.Tool, options: ToolOptions) -> To
         on_in_doubt=policy,
         reconcile=reconcile,
         effect=effect,
+        validate=argument_checker(listed.name, session.name, schema),
     )
 
 
