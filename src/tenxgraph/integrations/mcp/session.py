@@ -100,6 +100,7 @@ class MCPSession:
                 await asyncio.wait_for(asyncio.wrap_future(future), self.connect_timeout)
             except TimeoutError:
                 future.cancel()
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._abandon(), loop))
                 raise ToolUnavailableError(
                     self._cannot(f"it did not answer within {self.connect_timeout:g}s")
                 ) from None
@@ -152,6 +153,19 @@ class MCPSession:
                 if self._session is session:  # (a newer connection may have replaced this one already)
                     self._session = None
 
+    async def _abandon(self) -> None:
+        """(On the session's loop.) End the connection and its server's process now: a call cut off mid-answer
+        leaves the stream inside a message (a server still sending would be read for ever, and the next answer
+        would be corrupt), and a connect that timed out leaves a server that never answered running. The next
+        call reconnects."""
+        holder, self._session = self._holder, None
+        if self._stop is not None:
+            self._stop.set()
+        if holder is not None and not holder.done():
+            holder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await holder
+
     def _cannot(self, why: str) -> str:
         return f"MCP server {self.name!r} ({self.where}) could not be reached: {why}"
 
@@ -168,7 +182,7 @@ class MCPSession:
     async def _close(self) -> None:
         if self._stop is not None:
             self._stop.set()
-        if self._holder is not None:
+        if self._holder is not None and not self._holder.done():  # (an abandoned one was cancelled and awaited)
             with contextlib.suppress(Exception):
                 await self._holder
 
@@ -195,8 +209,9 @@ class MCPSession:
             future = asyncio.run_coroutine_threadsafe(self._call(name, arguments, meta), self._loop)
             try:
                 result = await asyncio.wrap_future(future)
-            except asyncio.CancelledError:
+            except asyncio.CancelledError:  # (its timeout, or its run's end): the answer may be half read
                 future.cancel()
+                asyncio.run_coroutine_threadsafe(self._abandon(), self._loop)
                 raise
             if result is not None:
                 return result
