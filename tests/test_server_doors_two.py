@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
+import socket
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -240,3 +244,71 @@ def test_metrics_are_the_operators_not_any_owners(tmp_path: Path) -> None:
         metrics = operator.get("/metrics")
         assert metrics.status_code == 200 and "tenxgraph_threads_waiting" in metrics.text
         assert operator.get("/threads/t/state").status_code == 401  # the metrics token opens nothing else
+
+
+# -- 7: slow readers and large states ------------------------------------------------------------------------------
+def big_thread(db: Path, thread: str, messages: int, size: int) -> None:
+    """A thread stored directly: *messages* user messages of *size* characters each."""
+    checkpointer = SqliteCheckpointer(db)
+    stored = [Message.text_message("x" * size) for _ in range(messages)]
+    values = {"meta": {"current_node": None, "step": 1, "status": "done", "error": None}}
+    asyncio.run(checkpointer.aput_thread(thread, values, expected_version=0, new_messages=stored))
+    checkpointer.close()
+
+
+def test_a_threads_messages_come_in_pages(tmp_path: Path) -> None:
+    big_thread(tmp_path / "a.db", "t", messages=30, size=1000)
+    graph = ReactAgent(ScriptedModel(["hi"]), tools=[]).compile(SqliteCheckpointer(tmp_path / "a.db"))
+    with client(create_app(graph, recovery=False, limits=Limits(max_state_page_bytes=5_000))) as c:
+        first = c.get("/threads/t/state").json()
+        assert len(first["messages"]) == 4 and first["messages_total"] == 30 and first["messages_next"] == 4
+        page = c.get("/threads/t/state", params={"messages_from": 28, "messages_limit": 10}).json()
+        assert len(page["messages"]) == 2 and page["messages_next"] is None and page["messages_from"] == 28
+        for bad in ({"messages_limit": 0}, {"messages_limit": 5000}, {"messages_from": "-1"}):
+            answer = c.get("/threads/t/state", params=bad)
+            assert answer.status_code == 422 and "must be a whole number" in answer.json()["error"], answer.text
+
+
+WRITE_TIMEOUT = "1"
+
+
+def test_a_client_that_stops_reading_is_cut_at_the_write_deadline(tmp_path: Path) -> None:
+    """Three clients ask for a 20 MB state and never read it: with four connections allowed, everyone else got
+    503 for as long as they held them. The write deadline (1 s here) cuts them, and a fourth client is served."""
+    big_thread(tmp_path / "s.db", "big", messages=20, size=1_000_000)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TENX_BACKEND": "sqlite", "TENX_TARGET": str(tmp_path / "s.db"),
+           "TENX_EFFECTS": str(tmp_path / "effects.log")}  # fmt: skip
+    env.pop("TENXGRAPH_API_TOKEN", None)
+    port = free_port()
+    flags = (
+        "--write-timeout",
+        WRITE_TIMEOUT,
+        "--limit-concurrency",
+        "4",
+        "--max-state-page-bytes",
+        str(64 * 1024 * 1024),
+    )
+    server = start_server(port, env, *flags)
+    readers = []
+    try:
+        for _ in range(3):
+            reader = socket.socket()
+            reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            reader.connect(("127.0.0.1", port))
+            reader.sendall(f"GET /threads/big/state HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            readers.append(reader)
+        time.sleep(3)  # the deadline passes while they read nothing
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/threads/big/state?messages_limit=1", timeout=10) as ok:
+            assert ok.status == 200 and json.loads(ok.read())["messages_total"] == 20
+        for reader in readers:  # each was cut: what it reads now ends, short of the 20 MB it asked for
+            reader.settimeout(10)
+            got = 0
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := reader.recv(1 << 20):
+                    got += len(chunk)
+            assert got < 20_000_000
+    finally:
+        for reader in readers:
+            reader.close()
+        server.terminate()
+        server.wait(30)

@@ -25,7 +25,7 @@ from tenxgraph.core.graph.pauses import asked_of, load_decisions, waiting
 from tenxgraph.core.tools.interrupts import Interrupt
 from tenxgraph.server.doors import DoorArgs, Doors, Refused, stored_id
 from tenxgraph.server.failures import GENERIC, error_id_of, public_values
-from tenxgraph.server.limits import BadRequest, Limits, parse_run, read_body
+from tenxgraph.server.limits import BadRequest, Limits, message_page, page_of, parse_run, read_body
 from tenxgraph.server.metrics import Metrics
 from tenxgraph.server.recovery import Recovery
 from tenxgraph.state.messages import Message, id_problem, new_id
@@ -245,8 +245,12 @@ def create_app(
         if meta.get("status") == "interrupted":  # what it waits for: its interrupts not decided yet
             asked = asked_of(meta.get("interrupts") or [])
             pending = waiting(asked, await load_decisions(graph.checkpointer, stored, [i.id for i in asked]))
-        values = public_values(stored, snap.values)
-        return JSONResponse(_state_json(thread_id, values, messages, snap.version, pending))
+        first, limit = page_of(request.query_params)
+        body = _state_json(thread_id, public_values(stored, snap.values), messages, snap.version, pending)
+        taken, following = message_page(body["messages"], first, limit, limits.max_state_page_bytes)
+        body["messages"] = body["messages"][first : first + taken]
+        body.update(messages_from=first, messages_total=len(messages), messages_next=following)
+        return JSONResponse(body)
 
     async def healthz(request: Request, owner: str | None) -> JSONResponse:
         return JSONResponse({"status": "ok"})

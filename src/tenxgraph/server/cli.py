@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
         log_level="warning",
         timeout_graceful_shutdown=args.shutdown_timeout,
         limit_concurrency=args.limit_concurrency,
-        http=header_timeout_protocol(args.header_timeout),
+        http=header_timeout_protocol(args.header_timeout, args.write_timeout),
         **proxy_settings(args.forwarded_allow_ips),
         workers=args.workers if args.workers > 1 else None,
         factory=args.workers > 1,

@@ -45,6 +45,8 @@ class Limits:
     tool_timeout: float = TOOL_TIMEOUT
     node_timeout: float = NODE_TIMEOUT
     lock_timeout: float = 30.0
+    #: ``GET /state`` sends a thread's messages a page at a time: at most this many bytes of them (one at least).
+    max_state_page_bytes: int = 1024 * 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -190,3 +192,32 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise BadRequest(f"the body says {key!r} twice in one object: say each key once")
         seen[key] = value
     return seen
+
+
+#: The most messages one ``GET /state`` page holds (``messages_limit``, its default too).
+MAX_PAGE_MESSAGES = 1000
+
+
+def page_of(query: Mapping[str, str]) -> tuple[int, int]:
+    """``(messages_from, messages_limit)`` of a ``GET /state`` query (422 naming a bad one)."""
+    values = []
+    for name, default, least in (("messages_from", 0, 0), ("messages_limit", MAX_PAGE_MESSAGES, 1)):
+        raw = query.get(name, str(default))
+        if not raw.isdigit() or not least <= int(raw) <= (MAX_PAGE_MESSAGES if least else 10**12):
+            most = MAX_PAGE_MESSAGES if least else "the thread's message count"
+            raise BadRequest(f"{name} must be a whole number from {least} to {most}, got {raw!r}")
+        values.append(int(raw))
+    return values[0], values[1]
+
+
+def message_page(messages: list[dict[str, Any]], first: int, limit: int, max_bytes: int) -> tuple[int, int | None]:
+    """How many of *messages* (as JSON objects) from *first* one page holds (at most *limit*, at most *max_bytes*
+    of JSON, one at least), and where the next page starts (None: this is the last)."""
+    size, taken = 0, 0
+    for message in messages[first : first + limit]:
+        size += len(json.dumps(message, default=str))
+        if taken and size > max_bytes:
+            break
+        taken += 1
+    end = first + taken
+    return taken, (end if end < len(messages) else None)

@@ -58,8 +58,16 @@ def add_door_options(serve: argparse.ArgumentParser) -> None:
     doors.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="larger bodies get 413")
     doors.add_argument("--body-timeout", type=float, default=d.body_timeout, help="seconds to send a body, or 408")
     doors.add_argument(
+        "--max-state-page-bytes", type=int, default=d.max_state_page_bytes,
+        help="GET /state sends a thread's messages in pages of at most this many bytes (default 1 MiB)",
+    )  # fmt: skip
+    doors.add_argument(
         "--header-timeout", type=float, default=10.0, help="seconds to send a request's headers, or the "
         "connection is closed (default 10)",
+    )  # fmt: skip
+    doors.add_argument(
+        "--write-timeout", type=float, default=30.0, help="seconds a client may leave a response unread (the "
+        "server's send buffer full) before its connection is cut (default 30)",
     )  # fmt: skip
     doors.add_argument(
         "--limit-concurrency", type=int, default=1024, help="connections at once; beyond them, 503 (default 1024)"
@@ -134,6 +142,7 @@ def door_kwargs(settings: dict[str, Any]) -> dict[str, Any]:
     limits = Limits(
         max_body_bytes=settings["max_body_bytes"],
         body_timeout=settings["body_timeout"],
+        max_state_page_bytes=settings["max_state_page_bytes"],
         **{name: settings[f"max_{name}"] for name in CEILINGS},
     )
     return {
@@ -167,12 +176,13 @@ def check_doors(args: argparse.Namespace) -> None:
         )
 
 
-def header_timeout_protocol(seconds: float) -> Any:
-    """uvicorn's HTTP protocol with a deadline for each request's headers (uvicorn has none: a client sending a
-    header a minute would hold its connection for ever)."""
+def header_timeout_protocol(seconds: float, write_timeout: float = 30.0) -> Any:
+    """uvicorn's HTTP protocol with a deadline for each request's headers and for a client that stops reading
+    (uvicorn has neither: a client sending a header a minute, or reading a byte a minute, would hold its
+    connection for ever)."""
     from tenxgraph.server.slow_clients import HeaderDeadline
 
-    return partial(HeaderDeadline, header_timeout=seconds)
+    return partial(HeaderDeadline, header_timeout=seconds, write_timeout=write_timeout)
 
 
 def proxy_settings(forwarded_allow_ips: str | None) -> dict[str, Any]:
