@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -312,3 +313,66 @@ def test_a_client_that_stops_reading_is_cut_at_the_write_deadline(tmp_path: Path
             reader.close()
         server.terminate()
         server.wait(30)
+
+
+# -- 8: one owner's slow sync tools, another owner's runs -------------------------------------------------------------
+def test_one_owners_hung_sync_tools_hold_only_its_share_of_the_threads(tmp_path: Path) -> None:
+    release = threading.Event()
+    entered: list[str] = []
+
+    def wait_for_stock(item: str) -> str:
+        """Ask the warehouse (it hangs until released)."""
+        entered.append(item)
+        release.wait(60)
+        return "in stock"
+
+    model = ScriptedModel([Reply(tool_calls=[("wait_for_stock", {"item": "a"})]), "ok"] * 40)
+    graph = ReactAgent(model, tools=[wait_for_stock]).compile(SqliteCheckpointer(tmp_path / "a.db"))
+    app = create_app(graph, tokens=parse_tokens("alice=ta,bob=tb", "OWNERS"), recovery=False, threads_per_owner=2)
+    served: list[int] = []
+    with client(app, authorization="Bearer ta") as alice, client(app, authorization="Bearer tb") as bob:
+        # alice's 33 runs, each with a tool that hangs: more than the server's 32 threads
+        hung = [threading.Thread(target=alice.post, args=(f"/threads/a{i}/runs",), kwargs={"json": RUN})
+                for i in range(33)]  # fmt: skip
+        bobs = threading.Thread(target=lambda: served.append(bob.post("/threads/b/runs", json=RUN).status_code))
+        try:
+            for thread in hung:
+                thread.start()
+            deadline = time.monotonic() + 10
+            while len(entered) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.3)
+            assert len(entered) == 2  # alice holds her share, no more
+            bobs.start()
+            while len(entered) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert len(entered) == 3  # bob's tool got a thread while alice's hung
+        finally:
+            release.set()
+            for thread in [*hung, bobs]:
+                if thread.is_alive():
+                    thread.join(60)
+    assert served == [200]
+
+
+def test_a_sync_tool_that_outlives_its_timeout_is_counted_and_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    release = threading.Event()
+
+    def slow_lookup(order_id: str) -> str:
+        """Look an order up (slowly)."""
+        release.wait(30)
+        return "found"
+
+    model = ScriptedModel([Reply(tool_calls=[("slow_lookup", {"order_id": "1"})]), "ok"])
+    graph = ReactAgent(model, tools=[slow_lookup]).compile(SqliteCheckpointer(tmp_path / "a.db"))
+    with client(create_app(graph, recovery=False, limits=Limits(tool_timeout=0.2))) as c, caplog.at_level("WARNING"):
+        assert c.post("/threads/t/runs", json=RUN).status_code == 200  # answered with the timeout
+        assert "tenxgraph_tool_threads_outliving 1" in c.get("/metrics").text
+        release.set()
+        deadline = time.monotonic() + 10
+        while "tenxgraph_tool_threads_outliving 0" not in c.get("/metrics").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert "outlived its caller" in caplog.text and "slow_lookup" in caplog.text

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, Unpack
 
@@ -38,8 +40,12 @@ from tenxgraph.utils.errors import (
     ThreadBusyError,
 )
 from tenxgraph.utils.events import emit_event
+from tenxgraph.utils.thread_share import ThreadShare
 
 log = logging.getLogger(f"{LOGGER_NAME}.server")
+#: The server's executor threads (sync tools and nodes), and how many of them one owner's calls may hold at once.
+TOOL_THREADS = 32
+THREADS_PER_OWNER = 8
 Handler = Callable[[Request, str | None], Awaitable[Response]]
 
 
@@ -105,6 +111,10 @@ def create_app(
     if unknown:
         raise TypeError(f"create_app() got an unexpected keyword argument {unknown[0]!r}")
     recover = Recovery(graph) if recovery is True else (recovery or None)
+    per_owner = door_args.get("threads_per_owner", THREADS_PER_OWNER)
+    if isinstance(per_owner, bool) or not isinstance(per_owner, int) or not 1 <= per_owner <= TOOL_THREADS:
+        raise ConfigError(f"create_app(threads_per_owner={per_owner!r}): a whole number from 1 to {TOOL_THREADS}")
+    shares: dict[str, ThreadShare] = {}  # owner -> its share of the executor's threads
     metrics = Metrics()
     limits = limits or Limits()
     allow_system_messages = bool(door_args.get("allow_system_messages", False))
@@ -186,6 +196,8 @@ def create_app(
     async def run_request(request: Request, owner: str | None) -> tuple[Any, dict[str, Any]]:
         input, asked = parse_run(await read_body(request, limits), allow_system_messages)
         config = limits.run_config(asked, lock_timeout)
+        if owner is not None:  # its sync tools hold at most its share of the threads
+            config["thread_share"] = shares.setdefault(owner, ThreadShare(owner, per_owner))
         return input, {**config, "thread_id": stored_id(owner, request.path_params["thread_id"])}
 
     async def run(request: Request, owner: str | None) -> JSONResponse:
@@ -274,6 +286,8 @@ def create_app(
             recovery=recover is not None,
         )
         metrics.start()
+        executor = ThreadPoolExecutor(TOOL_THREADS, "tenxgraph-tool")
+        asyncio.get_running_loop().set_default_executor(executor)
         if recover is not None:
             recover.start()
         try:
@@ -282,6 +296,7 @@ def create_app(
             if recover is not None:
                 await recover.stop()
             metrics.stop()
+            executor.shutdown(wait=False)  # (a sync tool that never returns keeps its thread: nothing waits for it)
             emit_event("server_stop", logging.INFO)
 
     return Starlette(

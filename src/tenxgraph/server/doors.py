@@ -98,6 +98,7 @@ class DoorArgs(TypedDict, total=False):
     allowed_origins: tuple[str, ...]
     allow_system_messages: bool
     metrics_token: str | None
+    threads_per_owner: int
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any
 
 from tenxgraph.core.graph.utils.instrument import ToolEvent
 from tenxgraph.utils.instrument import Instrument, install
+from tenxgraph.utils.thread_share import outliving_threads
 
 #: Run latency buckets, in seconds.
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -106,6 +107,9 @@ class Metrics:
         lines += [f"# HELP {name} Latency of finished runs, request to answer.", f"# TYPE {name} histogram"]
         lines += [f'{name}_bucket{{le="{bound:g}"}} {n}' for bound, n in zip(BUCKETS, latency, strict=True)]
         lines += [f'{name}_bucket{{le="+Inf"}} {count}', f"{name}_sum {total:.6f}", f"{name}_count {count}"]
+        name = "tenxgraph_tool_threads_outliving"
+        lines += [f"# HELP {name} Threads still running a sync tool whose call was cut (its timeout, its run's end)."]
+        lines += [f"# TYPE {name} gauge", f"{name} {outliving_threads()}"]
         if waiting_threads is not None:
             name = "tenxgraph_threads_waiting"
             lines += [f"# HELP {name} Threads paused for a person (status interrupted) in the storage, now."]

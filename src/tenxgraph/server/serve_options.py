@@ -73,6 +73,10 @@ def add_door_options(serve: argparse.ArgumentParser) -> None:
         "--limit-concurrency", type=int, default=1024, help="connections at once; beyond them, 503 (default 1024)"
     )
     doors.add_argument(
+        "--threads-per-owner", type=int, default=8, help="threads of the server's 32 for sync tools that one "
+        "owner's runs may hold at once (counted until each thread ends; default 8)",
+    )  # fmt: skip
+    doors.add_argument(
         "--metrics-token-env",
         default=None,
         help="environment variable holding the operator's token for /metrics (every owner's activity); with "
@@ -128,6 +132,8 @@ def door_kwargs(settings: dict[str, Any]) -> dict[str, Any]:
         kwargs["tokens"] = parse_tokens(os.environ[name], name)
     else:
         kwargs["token"] = _token(settings)
+    if settings.get("threads_per_owner") is not None:
+        kwargs["threads_per_owner"] = settings["threads_per_owner"]
     if settings.get("metrics_token_env"):
         name = settings["metrics_token_env"]
         value = os.environ.get(name)

@@ -38,6 +38,14 @@ class GraphBuildError(TenxGraphError, ValueError):
 class GraphRecursionError(TenxGraphError, RecursionError):
     """A run took more steps than its ``recursion_limit``."""
 
+    @classmethod
+    def stopped(cls, thread_id: str, steps: int, limit: int, node: str) -> GraphRecursionError:
+        return cls(
+            f"thread {thread_id!r} ran {steps} nodes without finishing (recursion_limit={limit}); it stopped before "
+            f"node {node!r} and stays resumable: check the graph for a loop, or resume with "
+            "invoke(None, {'thread_id': ..., 'recursion_limit': N})"
+        )
+
 
 class NodeTimeoutError(TenxGraphError, TimeoutError):
     """A node ran longer than its ``node_timeout``."""

@@ -23,6 +23,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.thread_share import ThreadShare, began_outliving, ended_outliving
 
 T = TypeVar("T")
 
@@ -157,7 +158,8 @@ _worker = threading.local()  # .loop: the event loop whose to_thread call the cu
 
 class _Handed:
     """One :func:`to_thread` call, counted from the moment it is handed to the executor: it either begins in its
-    thread or is abandoned (cancelled before it began), never both."""
+    thread or is abandoned (cancelled before it began), never both; a begun one either finishes while its caller
+    waits, or outlives its caller (cancelled while it ran) and then finishes."""
 
     __slots__ = ("lock", "state")
 
@@ -165,21 +167,29 @@ class _Handed:
         self.lock = threading.Lock()
         self.state = "handed"
 
-    def mark(self, to: str) -> bool:
+    def mark(self, to: str, was: str = "handed") -> bool:
+        """Move from *was* to *to*; False (and nothing changes) if the call is not in *was*."""
         with self.lock:
-            if self.state != "handed":
+            if self.state != was:
                 return False
             self.state = to
             return True
 
 
 async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """:func:`to_thread_in` no share of threads of its own."""
+    return await to_thread_in(None, fn, *args, **kwargs)
+
+
+async def to_thread_in(share: ThreadShare | None, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``asyncio.to_thread`` for sync tools and nodes, counting threads that are running them (from the moment a
     call is handed to the executor: one whose thread has not started yet counts too).
 
     A cancelled call's thread cannot be stopped and keeps running; :func:`wait_threads_idle` lets a caller
-    (the crash-matrix harness before it forks) wait until no such thread is inside user code or a driver."""
+    (the crash-matrix harness before it forks) wait until no such thread is inside user code or a driver.
+    *share*: the run's owner's share of the threads (a server's), held until the thread ends."""
     loop = asyncio.get_running_loop()
+    release = await share.acquire() if share is not None else None  # (a server: the owner's share of threads)
     handed = _Handed()
     _busy.append(None)
 
@@ -192,12 +202,22 @@ async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         finally:
             _worker.loop = None
             _done()
+            if release is not None:
+                release()  # (its thread is free only now: a call cut by its timeout kept it till here)
+            if handed.mark("finished", was="outliving"):
+                ended_outliving()
+            else:
+                handed.mark("finished", was="begun")
 
     try:
         return await asyncio.to_thread(counted)
     except BaseException:
         if handed.mark("abandoned"):
             _done()
+            if release is not None:
+                release()
+        elif handed.mark("outliving", was="begun"):  # its caller stops waiting; its thread runs on
+            began_outliving(getattr(fn, "__qualname__", repr(fn)))
         raise
 
 

@@ -40,7 +40,7 @@ from tenxgraph.storage.checkpointer.memory import InMemoryCheckpointer
 from tenxgraph.utils.constants import END, LOGGER_NAME
 from tenxgraph.utils.errors import ConfigError, GraphBuildError, GraphRecursionError, NodeTimeoutError, RunLockLostError
 from tenxgraph.utils.events import emit_event
-from tenxgraph.utils.sync import run_sync, to_thread
+from tenxgraph.utils.sync import run_sync, to_thread_in
 
 Input = Mapping[str, Any] | Resume | None
 """A run's input: new messages and values, a :class:`Resume` answering a paused thread, or None (resume)."""
@@ -269,9 +269,7 @@ class _Run(Generic[S]):
             emit_event("run_resumed", logging.INFO, thread_id=tid, node=meta.current_node, status=meta.status)
             self.resuming = True
         if meta.status in ("running", "error") and meta.current_node not in (None, END):
-            own, self.cfg = self.cfg, self.cfg.resuming(meta.limits)  # a resume keeps its run's limits
-            if "recursion_limit" not in own.given:  # ... and counts the run's nodes from where it started
-                self.steps = max(0, meta.step - int(meta.limits.get("from_step", meta.step)))
+            own, (self.cfg, self.steps) = self.cfg, self.cfg.resuming(meta.limits, meta.step)  # the run's limits
             async for event in self.loop(last=not (messages or values)):
                 yield event
             self.cfg, self.steps = own, 0
@@ -349,12 +347,7 @@ class _Run(Generic[S]):
                 return
             if self.steps >= cfg.recursion_limit:  # stopped by its limit: status error, not running (no recovery)
                 await self._fail(
-                    node,
-                    GraphRecursionError(
-                        f"thread {cfg.thread_id!r} ran {self.steps} nodes without finishing (recursion_limit="
-                        f"{cfg.recursion_limit}); it stopped before node {node!r} and stays resumable: check the "
-                        f"graph for a loop, or resume with invoke(None, {{'thread_id': ..., 'recursion_limit': N}})"
-                    ),
+                    node, GraphRecursionError.stopped(cfg.thread_id, self.steps, cfg.recursion_limit, node)
                 )
             crash_point("run.before_node")
             try:
@@ -413,7 +406,7 @@ class _Run(Generic[S]):
         try:
             with running_node(ctx), span(self.observer.tracer, f"node {node}", traced, self.observer.parent):
                 async with asyncio.timeout(cfg.node_timeout) as limit:
-                    update = await (fn(view) if graph._async_nodes[node] else to_thread(fn, view))
+                    update = await (fn(view) if graph._async_nodes[node] else to_thread_in(cfg.thread_share, fn, view))
         except GraphInterrupt:
             raise  # a pause, not a failure: the loop stores it
         except TimeoutError as exc:

@@ -16,10 +16,13 @@ from typing import Any
 from tenxgraph.state.messages import id_problem, new_id
 from tenxgraph.utils.constants import LOGGER_NAME, NODE_TIMEOUT, RECURSION_LIMIT, THREAD_ID_MAX_BYTES, TOOL_TIMEOUT
 from tenxgraph.utils.errors import ConfigError
+from tenxgraph.utils.thread_share import ThreadShare
 
 log = logging.getLogger(LOGGER_NAME)
 
-KNOWN_KEYS = ("thread_id", "node_timeout", "tool_timeout", "recursion_limit", "lock_timeout", "tracer_provider")
+KNOWN_KEYS = (
+    "thread_id", "node_timeout", "tool_timeout", "recursion_limit", "lock_timeout", "tracer_provider", "thread_share"
+)  # fmt: skip
 #: The run's limits: stored with the thread when a run's config says them, kept by a resume that does not.
 LIMIT_KEYS = ("recursion_limit", "node_timeout", "tool_timeout")
 
@@ -48,16 +51,22 @@ class RunConfig:
     #: The limits the config says itself (of :data:`LIMIT_KEYS`): a run stores them, and a resume that does not
     #: say its own keeps them (:meth:`resuming`).
     given: frozenset[str] = frozenset()
+    #: The share of the executor's threads its sync tools and nodes may hold (a server's, per owner; see
+    #: :class:`~tenxgraph.utils.thread_share.ThreadShare`); None: no limit of its own.
+    thread_share: ThreadShare | None = None
 
     def limits(self) -> dict[str, Any]:
         """The limits this config says itself, as a run stores them with its thread."""
         return {key: getattr(self, key) for key in LIMIT_KEYS if key in self.given}
 
-    def resuming(self, stored: Mapping[str, Any]) -> RunConfig:
-        """This config for a resume of a run that was started with the limits *stored*: each limit this config
-        does not say is the run's (a recovery keeps a client's ``recursion_limit`` of 4, and its timeouts)."""
+    def resuming(self, stored: Mapping[str, Any], step: int) -> tuple[RunConfig, int]:
+        """This config for a resume, at *step*, of a run that was started with the limits *stored* (and at
+        ``stored["from_step"]``), and the nodes the run has taken: each limit this config does not say is the
+        run's (a recovery keeps a client's ``recursion_limit`` of 4, and its timeouts), and a recursion limit
+        it does not say counts the run's nodes from where the run began."""
         kept = {k: stored[k] for k in LIMIT_KEYS if k in stored and k not in self.given}
-        return dataclasses.replace(self, **kept) if kept else self
+        taken = 0 if "recursion_limit" in self.given else max(0, step - int(stored.get("from_step", step)))
+        return (dataclasses.replace(self, **kept) if kept else self), taken
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> RunConfig:
@@ -89,4 +98,11 @@ class RunConfig:
             lock_timeout=parse_timeout("lock_timeout", config.get("lock_timeout", 0)),
             tracer_provider=config.get("tracer_provider"),
             given=frozenset(k for k in LIMIT_KEYS if k in config),
+            thread_share=_share(config.get("thread_share")),
         )
+
+
+def _share(value: object) -> ThreadShare | None:
+    if value is None or isinstance(value, ThreadShare):
+        return value
+    raise ConfigError(f"thread_share must be a ThreadShare (the server's, per owner), got {value!r}")

@@ -51,7 +51,7 @@ from tenxgraph.core.graph.utils.ledger_record import (
 from tenxgraph.core.graph.utils.record_batch import RecordBatch, gather_calls
 from tenxgraph.core.graph.utils.transactional import run_transactional
 from tenxgraph.core.graph.utils.watch import report, tool_span
-from tenxgraph.core.tools.context import ToolCallInfo, running_call
+from tenxgraph.core.tools.context import ToolCallInfo, current_run, running_call
 from tenxgraph.core.tools.effects import Effect
 from tenxgraph.core.tools.interrupts import GraphInterrupt, Pauses
 from tenxgraph.core.tools.observe import RunObserver
@@ -68,7 +68,7 @@ from tenxgraph.utils.errors import (
     ToolUnavailableError,
 )
 from tenxgraph.utils.events import emit_event
-from tenxgraph.utils.sync import to_thread
+from tenxgraph.utils.sync import to_thread_in
 
 __all__ = [
     "RECORD_VERSION",
@@ -403,8 +403,10 @@ async def _call(tool: Tool, args: dict[str, JSON], timeout: float | None) -> JSO
     async with asyncio.timeout(timeout):
         if tool.is_async:
             return await tool.fn(**args)
-        # Sync tools run off the event loop. A timed-out thread cannot be stopped; its result is discarded.
-        return await to_thread(tool.fn, **args)
+        # Sync tools run off the event loop (within the run's share of threads, a server's per owner). A timed-out
+        # thread cannot be stopped; its result is discarded, and it is counted until it returns.
+        run = current_run()
+        return await to_thread_in(run.config.thread_share if run is not None else None, tool.fn, **args)
 
 
 async def _record(batch: Batch, call: LedgerCall, execution: ToolExecution) -> ToolExecution:
