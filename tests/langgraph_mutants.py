@@ -61,8 +61,22 @@ def lg_record_never_written() -> None:
     tools.ReplaySafeToolCalls.__init__ = init  # type: ignore[method-assign]
 
 
+def lg_body_key_unstable() -> None:
+    """``current_idempotency_key()`` in a tool's body is a new key at every call, not the call's ledger key: the
+    provider sees a new key after a crash (the ledger's account still names the call's own)."""
+    import uuid
+
+    import tenxgraph.integrations.langgraph as package
+    from tenxgraph.integrations.langgraph import tools
+
+    def fresh() -> str:
+        return f"tenx-{uuid.uuid4().hex}"
+
+    package.current_idempotency_key = tools.current_idempotency_key = fresh  # type: ignore[assignment]
+
+
 LG_MUTANTS: dict[str, Callable[[], None]] = {
-    f.__name__: f for f in (lg_ledger_read_ignored, lg_key_from_call_id, lg_record_never_written)
+    f.__name__: f for f in (lg_ledger_read_ignored, lg_key_from_call_id, lg_record_never_written, lg_body_key_unstable)
 }
 
 

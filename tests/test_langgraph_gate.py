@@ -61,6 +61,8 @@ CAUSES = {
     # LangGraph's add_messages replaces that message by id, and one turn's call is left without a result
     "lg_key_from_call_id": "lost results for ['call_0']",
     "lg_record_never_written": "after its record was said to be written, yet no record was",
+    # the witness reads the key in the tool's own context (its callbacks): not the one the ledger reported
+    "lg_body_key_unstable": "was given an idempotency key the runtime did not report",
 }
 FAILING = ("violation", "resume_failed", "error", "failed", "vacuous")
 

@@ -36,8 +36,9 @@ Declaration = tuple[str | None, str | None]
 
 
 def declared(entries: Sequence[Entry]) -> dict[str, Declaration]:
-    """Call -> its tool's declaration as the witness saw it (calls whose body ran under the witness)."""
-    return {e.hid: (e.effect, e.policy) for e in entries if e.event == "body"}
+    """Call -> its tool's declaration as the witness saw it (calls whose body ran under the witness; a LangGraph
+    tool's body is watched through LangChain's callbacks, which do not carry its declaration)."""
+    return {e.hid: (e.effect, e.policy) for e in entries if e.event == "body" and e.via != "langgraph"}
 
 
 def effect_and_policy(entries: Sequence[Entry]) -> dict[str, Declaration]:

@@ -210,6 +210,7 @@ def tool_watch(log: ExecutionLog, thread: str) -> Any:
             self.inputs: dict[UUID, Any] = {}
             self.parents: dict[UUID, UUID | None] = {}
             self.calls: dict[UUID, tuple[ToolCallInfo, ExitStack]] = {}
+            self.bodies: dict[UUID, Entry] = {}  # ledger-guarded calls under way: their witness's body event
 
         def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, **kw: Any) -> None:
             self.inputs[run_id], self.parents[run_id] = inputs, kw.get("parent_run_id")
@@ -223,12 +224,14 @@ def tool_watch(log: ExecutionLog, thread: str) -> Any:
             return None
 
         def on_tool_start(self, serialized: Any, input_str: str, *, run_id: UUID, **kw: Any) -> None:
-            if current_tool_call() is not None:  # a ReplaySafeToolNode call: the ledger logs it
-                return
             name, call_id = str((serialized or {}).get("name")), kw.get("tool_call_id")
             found = self._find(kw.get("parent_run_id"), call_id)
             if found is None:
                 return  # a tool called outside a tool node: not a call the model asked for
+            guarded = current_tool_call()
+            if guarded is not None:  # a ReplaySafeToolNode call: the ledger logs it; the witness sees its body
+                self.bodies[run_id] = self._witness(guarded, found, name)
+                return
             message_id, index = found
             info = ToolCallInfo(thread, message_id, call_id, name, index, None)  # no ledger key: none guards it
             stack = ExitStack()
@@ -247,7 +250,21 @@ def tool_watch(log: ExecutionLog, thread: str) -> Any:
         def on_tool_error(self, error: BaseException, *, run_id: UUID, **kw: Any) -> None:
             self._ended(run_id, f"{type(error).__name__}: {error}", True)
 
+        def _witness(self, info: ToolCallInfo, found: tuple[str, int], name: str) -> Entry:
+            """The harness's own view of a body the ledger runs: the key it gets (``current_idempotency_key()``
+            in its context) and, at its end, its outcome (LangGraph's ``ToolMessage.status``, or its error)."""
+            from tenxgraph.integrations.langgraph import current_idempotency_key
+
+            call = call_id_of(*found)
+            body = Entry(info.thread_id, info.execution_id, "body", name, ikey=current_idempotency_key(), call=call,
+                         via="langgraph")  # fmt: skip
+            log.write(body)
+            return body
+
         def _ended(self, run_id: UUID, output: Any, error: bool) -> None:
+            body = self.bodies.pop(run_id, None)
+            if body is not None:
+                log.write(Entry(body.thread, body.id, "body_end", body.tool, error=error, call=body.call, via=body.via))
             found = self.calls.pop(run_id, None)
             if found is None:
                 return
