@@ -11,6 +11,7 @@ from tenxgraph.core.graph import (
     ToolNode,
     ToolOutput,
 )
+from tenxgraph.core.graph.results import InDoubt
 from tenxgraph.core.tools.context import ToolContext, current_tool_call, interrupt
 from tenxgraph.core.tools.interrupts import GraphInterrupt, Interrupt, Resume
 from tenxgraph.core.tools.tool import tool
@@ -43,6 +44,7 @@ __all__ = [
     "ConfigError",
     "GraphInterrupt",
     "GraphRecursionError",
+    "InDoubt",
     "InMemoryCheckpointer",
     "IntentWriteError",
     "Interrupt",

@@ -191,7 +191,8 @@ def create_app(
         metrics.run("finished", time.perf_counter() - started)
         values = public_values(stored, result.state.values_dict())
         body = _state_json(thread_id, values, result.messages, result.version, result.interrupts)
-        return {**body, "final_text": result.final_text}
+        in_doubt = [call.to_dict() for call in result.in_doubt]  # (a finished run whose effect is not known)
+        return {**body, "final_text": result.final_text, "outcome": result.outcome, "in_doubt": in_doubt}
 
     async def run_request(request: Request, owner: str | None) -> tuple[Any, dict[str, Any]]:
         input, asked = parse_run(await read_body(request, limits), allow_system_messages)

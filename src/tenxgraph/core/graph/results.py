@@ -12,6 +12,24 @@ from tenxgraph.state.state import AgentState
 S = TypeVar("S", bound=AgentState)
 
 
+@dataclass(frozen=True, slots=True)
+class InDoubt:
+    """A call whose effect is not known: its tool, ``tool_call_id``, ledger key, and what the model was told."""
+
+    tool: str | None
+    call_id: str
+    key: str | None
+    told: str
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"tool": self.tool, "call_id": self.call_id, "key": self.key, "told": self.told}
+
+
+def _turn_start(messages: list[Message]) -> int:
+    """Where the last turn starts: the last user message (the whole thread if it has none)."""
+    return next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), 0)
+
+
 @dataclass(slots=True)
 class RunResult(Generic[S]):
     """What ``invoke`` returns: the thread's state after the run, and the thread id (generated if none given);
@@ -49,12 +67,32 @@ class RunResult(Generic[S]):
         return text if isinstance(text, str) else None
 
     @property
+    def in_doubt(self) -> list[InDoubt]:
+        """The calls of this turn (since the last user message) a resume found in doubt: the process died while
+        they ran, or after they returned and before their record, so whether their effect happened is not known
+        (their tool's ``on_in_doubt`` said not to run them again). The model was told; so is the caller."""
+        asked = {}
+        found: list[InDoubt] = []
+        for message in self.state.messages[_turn_start(self.state.messages) :]:
+            for call in message.tool_calls if message.role == "assistant" else ():
+                asked[str(call.id)] = (call.name, message.message_id)
+            for result in message.tool_results if message.role == "tool" else ():
+                if result.status == "in_doubt":
+                    name, message_id = asked.get(str(result.call_id), (None, None))
+                    key = f"{message_id}:{result.call_id}" if message_id and result.call_id else None
+                    found.append(InDoubt(name, str(result.call_id), key, str(result.output)))
+        return found
+
+    @property
     def outcome(self) -> str:
-        """What the run ended with, refusals and blocks told apart from answers: ``completed``, ``refused``,
-        ``blocked`` (the prompt or the reply was filtered), ``truncated`` (cut at the token limit), or the status
-        when the run did not finish (``interrupted``, ``error``, ``running``)."""
+        """What the run ended with, refusals and blocks told apart from answers: ``completed``, ``in_doubt`` (it
+        finished, but a call's effect is not known: :attr:`in_doubt`), ``refused``, ``blocked`` (the prompt or
+        the reply was filtered), ``truncated`` (cut at the token limit), or the status when the run did not
+        finish (``interrupted``, ``error``, ``running``)."""
         if self.status != "done":
             return self.status
+        if self.in_doubt:
+            return "in_doubt"
         reason = self.finish_reason
         if reason == "refusal":
             return "refused"

@@ -1,0 +1,70 @@
+"""What a finished run tells its user (#50): a run that finishes with a call in doubt says so, on the result and in
+the server's answer and stream."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenxgraph import InDoubt, Message, ReactAgent, Reply, ScriptedModel, tool
+from tenxgraph.core import crashpoints
+from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+GO = {"messages": [Message.text_message("refund order 1042")]}
+
+
+def refund_agent(db: Path, refunds: list[str]) -> Any:
+    @tool(on_in_doubt="fail")
+    def refund_order(order_id: str) -> str:
+        """Refund an order (money moves: never twice)."""
+        refunds.append(order_id)
+        return f"refunded {order_id}"
+
+    model = ScriptedModel(
+        [Reply(tool_calls=[("refund_order", {"order_id": "1042"})]), "Refunded order 1042.", "Welcome."]
+    )
+    return ReactAgent(model, tools=[refund_order]).compile(SqliteCheckpointer(db))
+
+
+def killed_after_the_refund(db: Path, refunds: list[str]) -> Any:
+    """The refund ran and returned; the process died before its record: the resume finds it in doubt."""
+    app = refund_agent(db, refunds)
+    with crashpoints.armed("tool.after_return"), pytest.raises(crashpoints.CrashInjected):
+        app.invoke(GO, {"thread_id": "t"})
+    return refund_agent(db, refunds)  # (a new process's app: nothing of the first one's memory)
+
+
+def test_a_run_that_finishes_with_a_call_in_doubt_says_so(tmp_path: Path) -> None:
+    refunds: list[str] = []
+    app = killed_after_the_refund(tmp_path / "a.db", refunds)
+    result = app.invoke(None, {"thread_id": "t"})
+    assert result.status == "done" and refunds == ["1042"]  # not run again
+    assert result.outcome == "in_doubt"  # not "completed": the caller must look
+    (doubt,) = result.in_doubt
+    assert (
+        isinstance(doubt, InDoubt)
+        and doubt.tool == "refund_order"
+        and doubt.key == f"{result.messages[1].message_id}:call_1"
+    )
+    assert "outcome is unknown" in doubt.told
+    later = app.invoke({"messages": [Message.text_message("thanks")]}, {"thread_id": "t"})
+    assert later.in_doubt == [] and later.outcome == "completed"  # a later turn is judged on its own
+
+
+def test_the_servers_answer_and_stream_carry_it(tmp_path: Path) -> None:
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from tenxgraph.server import create_app
+
+    refunds: list[str] = []
+    app = killed_after_the_refund(tmp_path / "a.db", refunds)
+    with TestClient(create_app(app, recovery=False), base_url="http://127.0.0.1") as client:
+        answer = client.post("/threads/t/runs/stream", json={})
+    events = [line for line in answer.text.splitlines() if line.startswith("data: ")]
+    done = json.loads(events[-1][len("data: ") :])
+    assert done["outcome"] == "in_doubt" and [d["tool"] for d in done["in_doubt"]] == ["refund_order"]
+    assert refunds == ["1042"]
