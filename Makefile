@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-dev
 DEMO_EXTRA := $(if $(REPLAYSAFE_PG_DSN)$(REPLAYSAFE_REDIS_URL),ci,demo)
 DEMO_STAMP := $(VENV)/.installed-$(DEMO_EXTRA)
 
-.PHONY: demo test gate lint typecheck check bench clean
+.PHONY: help demo test gate lint typecheck check bench clean
 BENCH_VENV := .venv-bench
 
 # uv when it is on PATH (fastest); else pip: the interpreter's own pip installs into a venv made without one
@@ -50,6 +50,15 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 # The crash matrix over examples/ on the embedded backends (+ PostgreSQL/Redis when their env vars are set).
 DEMO_BACKENDS = memory,sqlite$${REPLAYSAFE_PG_DSN:+,postgres}$${REPLAYSAFE_REDIS_URL:+,postgres+redis}
+
+# What each target does.
+help:
+	@echo "make demo       the crash matrix over examples/ on the embedded backends (no server; about 20 s)"
+	@echo "make test       the whole suite (PostgreSQL and Redis through REPLAYSAFE_PG_DSN / REPLAYSAFE_REDIS_URL)"
+	@echo "make gate       the whole product: every mode, point, fault and backend, then depth 2 (what CI runs)"
+	@echo "make bench      ours against LangGraph, shape by shape, and the server under chaos (docs/benchmarks.md)"
+	@echo "make lint       ruff check and format check;  make typecheck: mypy --strict;  make check: all three"
+	@echo "make clean      remove the venvs and the reports"
 
 # Every crash point and mode once per test (each point's first hit): the rest of the matrix is `make gate`'s.
 demo: $(DEMO_STAMP)

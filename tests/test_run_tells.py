@@ -13,6 +13,7 @@ from tenxgraph import InDoubt, Message, ReactAgent, Reply, ScriptedModel, tool
 from tenxgraph.core import crashpoints
 from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
+pytest_plugins = ["pytester"]
 GO = {"messages": [Message.text_message("refund order 1042")]}
 
 
@@ -68,3 +69,45 @@ def test_the_servers_answer_and_stream_carry_it(tmp_path: Path) -> None:
     done = json.loads(events[-1][len("data: ") :])
     assert done["outcome"] == "in_doubt" and [d["tool"] for d in done["in_doubt"]] == ["refund_order"]
     assert refunds == ["1042"]
+
+
+# -- the first screen (#50 item 4) --------------------------------------------------------------------------------
+def test_the_grids_notes_fit_100_columns_and_say_what_each_sign_and_column_is() -> None:
+    from pytest_replaysafe.report import grid as report
+
+    cells = [
+        {"point": "run.before_node", "backend": b, "mode": m, "outcome": o, "test": "t", "hit": 1}
+        for b, m, o in [("memory", "inprocess", "protected"), ("memory", "sigkill", "not_applicable"),
+                        ("memory", "double-resume", "not_applicable"), ("sqlite", "double-resume", "protected")]
+    ]  # fmt: skip
+    lines = report.text_grid(cells)
+    assert all(len(line) <= 100 for line in lines), [line for line in lines if len(line) > 100]
+    text = "\n".join(lines)
+    assert "key: + protected, = exactly once," in text  # not "+ protected  = exactly once" (an equation)
+    assert "double-resume killed like kill; every Resume sent twice" in text
+    assert "pytest counts these 2 cells as skipped" in " ".join(text.split())
+
+
+def test_make_help_names_every_target() -> None:
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(["make", "-s", "help"], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert [line.split()[1] for line in out.splitlines()] == ["demo", "test", "gate", "bench", "lint", "clean"]
+
+
+def test_collect_only_says_the_items_are_the_cells(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.crash_matrix(points=["run.before_node"], backends=["sqlite"], modes=["inprocess"])
+        def test_x(crash_run):
+            pass
+        """
+    )
+    result = pytester.runpytest("--crash-matrix", "--collect-only", "-q", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(
+        ["*test_x[[]run.before_node-sqlite-inprocess[]]*", "collected only: each crash-matrix*"]
+    )
+    assert "no crash-matrix cells ran" not in result.stdout.str()

@@ -78,6 +78,10 @@ class MatrixReporter:
         cells = sorted(self.cells, key=lambda c: (c["test"], c["point"], c["backend"], c["mode"], c["hit"]))
         terminalreporter.section(f"replaysafe crash matrix (seed {settings.seed})")
         if not cells:
+            if config.option.collectonly:  # (the items are the cells: collected, not run)
+                terminalreporter.write_line("collected only: each crash-matrix item above is one cell")
+                terminalreporter.write_line("  (test[point-backend-mode]); run without --collect-only to judge them")
+                return
             terminalreporter.write_line("no crash-matrix cells ran (mark tests with @pytest.mark.crash_matrix)")
             return
         exposure = summarize(self.exposure, settings.rate_per_s)

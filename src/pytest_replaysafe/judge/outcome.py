@@ -57,8 +57,8 @@ SYMBOLS = {
     Outcome.NOT_APPLICABLE: ".",
 }
 LEGEND = (
-    "+ protected  = exactly once  d in doubt, handled  g known gap (expected)  X violation  R resume failed  "
-    "F failed  V vacuous  E error"
+    "key: + protected, = exactly once, d in doubt and handled, g known gap (expected), X violation, "
+    "R resume failed, F failed, V vacuous, E error"
 )
 
 

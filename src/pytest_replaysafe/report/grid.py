@@ -18,11 +18,13 @@ MODE_LABELS = {
     "inprocess": "proc", "sigkill": "kill", "stream": "strm", "concurrent": "conc", "recovery": "rcvr", "prune": "prun",
     "drop": "drop", "outage": "out", "redis-down": "rdwn", "readonly": "ro",
 }  # fmt: skip
-MODES_LINE = "modes: proc in-process crash  kill SIGKILL + resume  strm streaming  conc two runs contest the lock"
-#: The resume modes, explained where their columns are shown.
+MODES_LINE = "modes: proc in-process crash, kill SIGKILL + resume, strm streaming, conc two runs contest the lock"
+#: The modes shown only where their columns are, explained there.
 RESUME_LINES = {
     "recovery": "rcvr the server's recovery resumes",
     "prune": "prun the retention job runs, then the resume",
+    "double-resume": "double-resume killed like kill; every Resume sent twice, the last one again after the kill, "
+    "and a different decision for one already taken (it must be refused)",
 }
 FAULT_LINES = {
     "drop": "drop PostgreSQL connections terminated",
@@ -76,11 +78,16 @@ def left_out(cells: Iterable[dict[str, Any]]) -> list[str]:
     return [f"{b}/{m}" for b, m in sorted(outcomes, key=column_order) if outcomes[(b, m)] == na]
 
 
-def left_out_lines(cells: Sequence[dict[str, Any]]) -> list[str]:
+def left_out_lines(cells: Sequence[dict[str, Any]], width: int = WIDTH) -> list[str]:
     columns = left_out(cells)
     if not columns:
         return []
-    return [f"not applicable, left out: {', '.join(columns)} (that storage does not survive a killed process)"]
+    skipped = sum(1 for c in cells if c["outcome"] == str(Outcome.NOT_APPLICABLE))
+    text = (
+        f"not applicable, left out: {', '.join(columns)} (that storage does not survive a killed process; "
+        f"pytest counts these {skipped} cells as skipped)"
+    )
+    return textwrap.wrap(text, width, subsequent_indent="  ")
 
 
 def square(outcomes: Counter[Outcome]) -> str:
@@ -176,8 +183,8 @@ def text_grid(cells: Sequence[dict[str, Any]], width: int = WIDTH) -> list[str]:
     lines += textwrap.wrap(MODES_LINE, width, subsequent_indent="  ")
     resumes = [text for mode, text in RESUME_LINES.items() if any(c["mode"] == mode for c in cells)]
     if resumes:
-        lines += textwrap.wrap("resumed another way: " + "  ".join(resumes), width, subsequent_indent="  ")
+        lines += textwrap.wrap("resumed another way: " + ", ".join(resumes), width, subsequent_indent="  ")
     shown = [text for mode, text in FAULT_LINES.items() if any(c["mode"] == mode for c in cells)]
     if shown:
-        lines += textwrap.wrap("faults, no crash (--crash-faults): " + "  ".join(shown), width, subsequent_indent="  ")
+        lines += textwrap.wrap("faults, no crash (--crash-faults): " + ", ".join(shown), width, subsequent_indent="  ")
     return lines
