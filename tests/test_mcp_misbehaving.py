@@ -75,3 +75,40 @@ def test_a_call_that_times_out_mid_answer_ends_the_server_and_the_next_reconnect
         assert [t.name for t in asyncio.run(session.aconnect())] == ["slow"] and running(marker) == 1  # reconnected
     finally:
         session.close()
+
+
+# -- #50 item 5: what a session tells its user ------------------------------------------------------------------------
+def test_a_stdio_server_gets_the_sdks_default_environment_unless_told_to_inherit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AGENT_SECRET_FOR_TEST", "x")
+    script = [str(Path(__file__).with_name("env_mcp_server.py"))]
+    answers = {}
+    for inherit in (False, True):
+        with MCPSession.stdio(sys.executable, script, name="env", inherit_env=inherit) as session:
+            asyncio.run(session.aconnect())
+            result = asyncio.run(session.acall_tool("has", {"name": "AGENT_SECRET_FOR_TEST"}, {}))
+            answers[inherit] = result.structured_content
+    assert answers == {False: {"result": False}, True: {"result": True}}
+
+
+def test_a_server_that_prints_something_else_is_named_with_what_it_printed(tmp_path: Path) -> None:
+    chatty = tmp_path / "chatty.py"
+    chatty.write_text("import time\nprint('Welcome to the ticket server v2!', flush=True)\ntime.sleep(30)\n")
+    session = MCPSession.stdio(sys.executable, [str(chatty)], name="chatty", connect_timeout=1)
+    try:
+        with pytest.raises(ToolUnavailableError, match="it sent what is not MCP: 'Welcome to the ticket server v2!'"):
+            session.connect()
+    finally:
+        session.close()
+
+
+def test_a_policy_that_does_not_fit_is_told_in_tool_options_words(tmp_path: Path) -> None:
+    from examples.mcp_tools.agent import ticket_server
+    from tenxgraph.integrations.mcp import ToolOptions
+    from tenxgraph.utils.errors import ConfigError
+
+    with ticket_server(tmp_path / "t.db") as desk, pytest.raises(ConfigError) as refused:
+        mcp_tools(desk, ToolOptions(on_in_doubt={"get_ticket": "fail"}))
+    assert "say ToolOptions(effects={'get_ticket': 'external'})" in str(refused.value)
+    assert "drop 'get_ticket' from ToolOptions(on_in_doubt=...)" in str(refused.value)

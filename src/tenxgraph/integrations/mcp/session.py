@@ -56,6 +56,7 @@ class MCPSession:
         self._connecting: asyncio.Lock | None = None  # (on the session's loop: one connect at a time)
         #: The server's tools as last listed (on connecting).
         self.tools: list[types.Tool] = []
+        self._printed: list[str] = []  # (the current connection's: what it sent that was not MCP)
 
     @classmethod
     def stdio(
@@ -68,10 +69,16 @@ class MCPSession:
         name: str | None = None,
         connect_timeout: float = 30.0,
         trusted: bool = False,
+        inherit_env: bool = False,
     ) -> MCPSession:
         """A server started as a subprocess speaking MCP on its stdin/stdout (its stderr goes to a file of ours:
-        its last lines are in the error when it cannot start). *trusted*: its annotations set effect classes."""
-        params = StdioServerParameters(command=command, args=list(args), env=dict(env) if env else None, cwd=cwd)
+        its last lines are in the error when it cannot start). *trusted*: its annotations set effect classes.
+
+        Its environment is the SDK's default one (``HOME``, ``PATH``, ``USER`` and a few more: not the agent's
+        API keys), plus *env*; ``inherit_env=True`` gives it this process's whole environment (then *env* on top):
+        for a server that needs the agent's variables and that you trust with them."""
+        given = {**os.environ, **(env or {})} if inherit_env else (dict(env) if env else None)
+        params = StdioServerParameters(command=command, args=list(args), env=given, cwd=cwd)
         label = name or os.path.basename(command)
         return cls(label, lambda errlog: stdio_client(params, errlog=errlog), " ".join([command, *args]),
                    connect_timeout=connect_timeout, trusted=trusted)  # fmt: skip
@@ -137,7 +144,12 @@ class MCPSession:
         with tempfile.TemporaryFile("w+") as errlog:
             session: ClientSession | None = None
             try:
-                async with self._opener(errlog) as (read, write), ClientSession(read, write) as session:
+                printed: list[str] = []  # what the server sent that is not MCP (a banner, a log line on stdout)
+                async with (
+                    self._opener(errlog) as (read, write),
+                    ClientSession(read, write, message_handler=_not_mcp(printed)) as session,
+                ):
+                    self._printed = printed
                     await session.initialize()
                     self.tools = await _all_tools(session)
                     self._session = session
@@ -167,7 +179,8 @@ class MCPSession:
                 await holder
 
     def _cannot(self, why: str) -> str:
-        return f"MCP server {self.name!r} ({self.where}) could not be reached: {why}"
+        said = f"; it sent what is not MCP: {' | '.join(self._printed[-3:])}" if self._printed else ""
+        return f"MCP server {self.name!r} ({self.where}) could not be reached: {why}{said}"
 
     async def aclose(self) -> None:
         await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._close(), self._start()))
@@ -248,6 +261,21 @@ class MCPSession:
                 ) from exc
             text = f"MCP server {self.name!r} refused the call to {name!r}: {exc.error.message}"
             return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _not_mcp(printed: list[str]) -> Any:
+    """The SDK's ``message_handler`` for one connection: a line the server sent that is not a JSON-RPC message
+    reaches it as an exception; the start of what was sent is kept for the error that names the server."""
+
+    async def handle(message: Any) -> None:
+        if isinstance(message, Exception):
+            errors_of = getattr(message, "errors", None)  # (pydantic's ValidationError of an unparsable line)
+            errors = errors_of() if callable(errors_of) else []
+            line = errors[0].get("input") if errors and isinstance(errors[0], dict) else None
+            text = repr(line) if isinstance(line, str) else " ".join(str(message).split())
+            printed.append(text if len(text) <= 200 else text[:199] + "…")
+
+    return handle
 
 
 async def _all_tools(session: ClientSession) -> list[types.Tool]:

@@ -88,7 +88,8 @@ def to_tool(session: MCPSession, listed: types.Tool, options: ToolOptions) -> To
         hinted = effect_of(listed.annotations, session.trusted)
         effect = check_policy(policy, reconcile, declared if declared is not None else hinted)
     except ValueError as exc:
-        raise ConfigError(f"MCP tool {listed.name!r} of server {session.name!r}: {exc}") from None
+        told = _in_options(str(exc), listed.name)
+        raise ConfigError(f"MCP tool {listed.name!r} of server {session.name!r}: {told}") from None
     schema: dict[str, Any] = dict(listed.input_schema)
     properties = dict(schema.get("properties") or {})
     takes_key = options.key_argument in properties
@@ -138,3 +139,12 @@ async def amcp_tools(
 def mcp_tools(session: MCPSession, options: ToolOptions | None = None, *, only: list[str] | None = None) -> list[Tool]:
     """:func:`amcp_tools` from sync code."""
     return run_sync(amcp_tools(session, options, only=only))
+
+
+def _in_options(text: str, name: str) -> str:
+    """A declaration error told in ``ToolOptions``' words (its fix is there, not in ``@tool(...)``)."""
+    return (
+        text.replace("drop on_in_doubt", f"drop {name!r} from ToolOptions(on_in_doubt=...)")
+        .replace("say effect='external'", f"say ToolOptions(effects={{{name!r}: 'external'}})")
+        .replace("needs reconcile=callable(", f"needs ToolOptions(reconcile={{{name!r}: fn(")
+    )
