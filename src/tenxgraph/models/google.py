@@ -15,9 +15,10 @@ What Gemini sends that must survive the round trip:
   the same part; with parallel calls only the first carries one, and only it gets it back.
 - **Thought summaries** (``thought: true`` parts) are the model's reasoning, not its answer: they go to
   ``metadata["reasoning"]`` (and stream as reasoning chunks), never into the text, and are not sent back.
-- **How it ended**: ``finishReason`` (``MAX_TOKENS`` -> ``length``, ``SAFETY`` and the other filters ->
-  ``content_filter``), a blocked prompt (``promptFeedback.blockReason`` -> ``blocked``, ``metadata["block_reason"]``)
-  and the token counts (``usage``), as :mod:`tenxgraph.models.stream` describes.
+- **How it ended**: ``finishReason`` (``MAX_TOKENS`` -> ``length``, ``SAFETY``, ``MODEL_ARMOR`` and the other
+  filters -> ``content_filter``, a malformed or unexpected call -> ``error``, any other value -> ``other``), a
+  blocked prompt (``promptFeedback.blockReason`` -> ``blocked``, ``metadata["block_reason"]``) and the token
+  counts (``usage``), as :mod:`tenxgraph.models.stream` describes.
 """
 
 from __future__ import annotations
@@ -36,9 +37,21 @@ from tenxgraph.utils.errors import ProviderUnavailableError
 
 API_KEY_ENVS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-FINISH = {"STOP": "stop", "MAX_TOKENS": "length", "MALFORMED_FUNCTION_CALL": "error"}
-FILTERS = ("SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE")
+FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
+#: A filter stopped the reply (Model Armor, the operator's screening, is one).
+FILTERS = (
+    "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE",
+    "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR",
+)  # fmt: skip
 FINISH |= {name: "content_filter" for name in FILTERS}
+#: The model could not produce a valid reply (a call it should not have made, too many, a lost signature).
+ERRORS = (
+    "MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS", "MISSING_THOUGHT_SIGNATURE",
+    "MALFORMED_RESPONSE",
+)  # fmt: skip
+FINISH |= {name: "error" for name in ERRORS}
+#: Any other value (``OTHER``, ``IMAGE_OTHER``, ``NO_IMAGE``, one the SDK does not know yet) is ``other``: never
+#: taken for a finished answer.
 
 
 def retry_delay(exc: Exception, attempt: int, cap: float = 8.0) -> float:
@@ -250,7 +263,7 @@ class GeminiReply:
     def message(self) -> Message:
         self._close_text()
         has_calls = any(isinstance(b, ToolCallBlock) for b in self.blocks)
-        reason = FINISH.get(self.finish, self.finish) if self.finish is not None else None
+        reason = FINISH.get(self.finish, "other") if self.finish is not None else None
         if reason == "stop" and has_calls:
             reason = "tool_calls"
         if self.block_reason is not None:

@@ -32,6 +32,17 @@ FINISH = {"stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_cal
 FINISH["content_filter"] = "content_filter"
 
 
+def reasoning_of(message: Any) -> str | None:
+    """A reply's reasoning: ``reasoning_content`` (DeepSeek, vLLM) or ``reasoning`` (gpt-oss servers, Ollama)."""
+    for field in ("reasoning_content", "reasoning"):
+        value = getattr(message, field, None)
+        if value is None:
+            value = (getattr(message, "model_extra", None) or {}).get(field)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in messages:
@@ -93,7 +104,7 @@ def _reply(
     blocks: list[TextBlock | ToolCallBlock] = [TextBlock(text)] if text else []
     for n, (call_id, name, args) in enumerate(calls, 1):
         blocks.append(ToolCallBlock(call_id or f"call_{n}", name, args or "{}"))
-    reason = "refusal" if extra.get("refusal") else FINISH.get(finish, finish) if finish is not None else None
+    reason = "refusal" if extra.get("refusal") else FINISH.get(finish, "other") if finish is not None else None
     metadata = ending("openai", reason, finish, extra)
     return Message(role="assistant", content=tuple(blocks), message_id=message_id, metadata=metadata)
 
@@ -103,7 +114,7 @@ def from_openai_message(
 ) -> Message:
     """Our assistant message from a chat-completion ``message`` (and its choice's finish reason)."""
     calls = [(c.id, c.function.name, c.function.arguments) for c in getattr(message, "tool_calls", None) or []]
-    said = {"refusal": getattr(message, "refusal", None), "reasoning": getattr(message, "reasoning_content", None)}
+    said = {"refusal": getattr(message, "refusal", None), "reasoning": reasoning_of(message)}
     return _reply(new_id(), getattr(message, "content", None) or "", calls, finish_reason, {**said, **(extra or {})})
 
 
@@ -115,7 +126,9 @@ class OpenAIStream:
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.refusal: list[str] = []
-        self.calls: dict[int, list[Any]] = {}  # index -> [id, name, argument pieces]
+        self.calls: dict[int, list[Any]] = {}  # index -> its current call: [id, name, argument pieces]
+        self.slots: list[list[Any]] = []  # every call, in the order it began
+        self.order: list[int] = []  # (their identities: a chunk's position)
         self.finish: str | None = None
         self.usage: dict[str, JSON] = {}
         self.model: str | None = None
@@ -134,25 +147,37 @@ class OpenAIStream:
                 out.append(MessageChunk(self.message_id, text=delta.content))
             if getattr(delta, "refusal", None):
                 self.refusal.append(delta.refusal)
-            if reasoning := getattr(delta, "reasoning_content", None):
+            if reasoning := reasoning_of(delta):
                 self.reasoning.append(reasoning)
                 out.append(MessageChunk(self.message_id, reasoning=reasoning))
             for piece in delta.tool_calls or []:
-                slot = self.calls.setdefault(piece.index, [None, "", []])
+                slot = self._slot(piece.index, piece.id)
                 function = piece.function
                 name = function.name if function is not None else None
                 args = (function.arguments if function is not None else None) or ""
                 slot[0] = piece.id or slot[0]
                 slot[1] = name or slot[1]
                 slot[2].append(args)
+                position = self.order.index(id(slot))
                 out.append(
-                    MessageChunk(self.message_id, tool_call=ToolCallChunk(piece.index, piece.id or None, name, args))
+                    MessageChunk(self.message_id, tool_call=ToolCallChunk(position, piece.id or None, name, args))
                 )
             self.finish = choice.finish_reason or self.finish
         return out
 
+    def _slot(self, index: int, call_id: str | None) -> list[Any]:
+        """The call a piece belongs to: by its ``index``, unless it brings an id other than the one that index
+        has (Ollama streams parallel calls all with ``index`` 0: each new id is a new call)."""
+        slot = self.calls.get(index)
+        if slot is None or (call_id and slot[0] and call_id != slot[0]):
+            slot = [None, "", []]
+            self.calls[index] = slot
+            self.slots.append(slot)
+            self.order.append(id(slot))
+        return slot
+
     def message(self) -> Message:
-        calls = [(c[0], c[1], "".join(c[2])) for _, c in sorted(self.calls.items())]
+        calls = [(c[0], c[1], "".join(c[2])) for c in self.slots]
         extra: dict[str, JSON] = {"usage": self.usage, "model": self.model}
         extra |= {"refusal": "".join(self.refusal), "reasoning": "".join(self.reasoning)}
         return _reply(self.message_id, "".join(self.text), calls, self.finish, extra)

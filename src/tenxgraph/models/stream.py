@@ -27,7 +27,7 @@ from tenxgraph.utils.events import emit_event
 FINISH_REASONS = ("stop", "tool_calls", "length", "content_filter", "refusal", "blocked", "error")
 #: Endings the caller must see: the answer was cut (``length``), filtered (``content_filter``), refused
 #: (``refusal``), or the prompt itself was blocked (``blocked``).
-UNFINISHED = frozenset({"length", "content_filter", "refusal", "blocked", "error"})
+UNFINISHED = frozenset({"length", "content_filter", "refusal", "blocked", "error", "other"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,4 +108,5 @@ UNFINISHED_HINTS = {
     "refusal": "the model refused: message.metadata['refusal'] has its words",
     "blocked": "the provider blocked the prompt itself: message.metadata['block_reason'] says why",
     "error": "the provider could not produce a valid reply (e.g. a malformed function call)",
+    "other": "the provider ended the reply for a reason not known to be an answer: provider_finish_reason says it",
 }

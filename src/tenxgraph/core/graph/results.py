@@ -88,7 +88,8 @@ class RunResult(Generic[S]):
         """What the run ended with, refusals and blocks told apart from answers: ``completed``, ``in_doubt`` (it
         finished, but a call's effect is not known: :attr:`in_doubt`), ``refused``, ``blocked`` (the prompt or
         the reply was filtered), ``truncated`` (cut at the token limit), or the status when the run did not
-        finish (``interrupted``, ``error``, ``running``)."""
+        finish (``interrupted``, ``error``, ``running``); ``unfinished`` when the provider said the reply ended any
+        other way (a malformed call, a reason it does not document): never taken for an answer."""
         if self.status != "done":
             return self.status
         if self.in_doubt:
@@ -98,7 +99,9 @@ class RunResult(Generic[S]):
             return "refused"
         if reason in ("blocked", "content_filter"):
             return "blocked"
-        return "truncated" if reason == "length" else "completed"
+        if reason == "length":
+            return "truncated"
+        return "completed" if reason in (None, "stop", "tool_calls") else "unfinished"
 
     @property
     def usage(self) -> dict[str, int]:
