@@ -111,3 +111,26 @@ def test_collect_only_says_the_items_are_the_cells(pytester: pytest.Pytester) ->
         ["*test_x[[]run.before_node-sqlite-inprocess[]]*", "collected only: each crash-matrix*"]
     )
     assert "no crash-matrix cells ran" not in result.stdout.str()
+
+
+# -- #50 item 3: the LangGraph test a user writes first ----------------------------------------------------------------
+def test_a_langgraph_app_under_a_tenxgraph_marker_is_one_clear_failure(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("langgraph", reason="the langgraph extra is not installed: pip install 'tenxgraph[langgraph]'")
+    pytester.makepyfile(
+        """
+        import pytest
+        from examples.langgraph_support.agent import FINAL, build_agent
+
+        @pytest.mark.crash_matrix  # (framework="langgraph" forgotten)
+        def test_agent(crash_run, effects):
+            app = build_agent(crash_run.langgraph_checkpointer, effects, ledger=crash_run.checkpointer)
+            request = {"messages": [("user", "refund 1042, tell the customer, open a ticket")]}
+            assert crash_run.invoke(app, request, {"durability": "sync"}).final_text == FINAL
+        """
+    )
+    result = pytester.runpytest("--crash-matrix", "--crash-backends=sqlite", "--crash-modes=inprocess", "-p",
+                                "no:cacheprovider", "-rfs")  # fmt: skip
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 1 and outcomes.get("skipped", 0) >= 5, outcomes
+    result.stdout.fnmatch_lines(['*mark it @pytest.mark.crash_matrix(framework="langgraph")*'])
+    assert "CrashInjected" not in result.stdout.str()

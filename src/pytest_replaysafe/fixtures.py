@@ -130,6 +130,7 @@ def crash_run(
         depth=settings.depth_for(marked),
         faults=settings.faults,
         replay=settings.replay.executions(request.node.nodeid) if settings.replay else None,
+        framework=str(marked.get("framework", "tenxgraph")),
     )
     effects = request.getfixturevalue("effects") if "effects" in request.fixturenames else None
     approvals = request.getfixturevalue("approvals") if "approvals" in request.fixturenames else None

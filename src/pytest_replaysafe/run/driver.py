@@ -31,7 +31,7 @@ from pytest_replaysafe.matrix.cells import MODE_POINTS, Backend, Cell, reach_hin
 from pytest_replaysafe.matrix.orders import Groups, Orders
 from pytest_replaysafe.matrix.schedules import DEPTH_MODES, Depth, Plan, Planner, SecondCrash
 from pytest_replaysafe.report import timeline
-from pytest_replaysafe.run import witness
+from pytest_replaysafe.run import langgraph_app, witness
 from pytest_replaysafe.run.approvals import Approvals, run_once
 from pytest_replaysafe.run.effects import Effects
 from pytest_replaysafe.run.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
@@ -85,6 +85,7 @@ class CellPlan:
     depth: Depth | None = None
     faults: frozenset[str] = DEFAULT_FAULTS
     replay: list[Plan] | None = None
+    framework: str = "tenxgraph"  # the marker's: what the cells were expanded for
 
 
 class CellDriver:
@@ -99,7 +100,7 @@ class CellDriver:
         approvals: Approvals | None = None,
     ) -> None:
         self.plan = plan
-        self.nodeid = plan.nodeid
+        self.nodeid, self.framework = plan.nodeid, plan.framework
         self.cell = plan.cell
         self.backend = plan.backend
         self.workdir = workdir
@@ -166,6 +167,7 @@ class CellDriver:
         config = dict(config or {})
         if not is_langgraph_app(app):
             return self._drive(app, input, config, stream)
+        langgraph_app.framework_matches(self.nodeid, self.framework, self.cell is not None)
         durability = config.pop("durability", None)  # (LangGraph takes it as an argument of invoke, not config)
         if isinstance(input, list):
             raise pytest.UsageError("crash_run.conversation drives tenxgraph graphs; drive a LangGraph app by invoke")

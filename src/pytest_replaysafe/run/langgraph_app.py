@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+import pytest
+
 from pytest_replaysafe.judge.evidence import UNRECORDED, Entry, ExecutionLog, call_id_of, fingerprint, preview
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.results import RunResult
@@ -329,3 +331,24 @@ class LangGraphApp:
         if not snapshot.values:
             raise RuntimeError(f"thread {thread!r} has no LangGraph checkpoint after the run")
         return RunResult(thread, AgentState(messages=to_messages(messages_of(snapshot.values))), 0)
+
+
+#: The tests already told that their marker is not for a LangGraph app (told once each: their other cells skip).
+_told: set[str] = set()
+
+
+def framework_matches(nodeid: str, framework: str, in_a_cell: bool) -> None:
+    """A LangGraph app driven by a test whose marker expanded our runtime's cells (points LangGraph never reaches,
+    modes it has not): one clear failure naming the marker's argument, then its other cells skip, instead of
+    dozens of cells failing with raw crash tracebacks."""
+    if framework == "langgraph" or not in_a_cell:
+        return
+    test = nodeid.split("[", 1)[0]
+    said = (
+        f"{test}: crash_run.invoke got a LangGraph app, but its @pytest.mark.crash_matrix expands tenxgraph's cells "
+        '(points and modes LangGraph never reaches): mark it @pytest.mark.crash_matrix(framework="langgraph")'
+    )
+    if test in _told:
+        pytest.skip(f"{said} (said once, in this test's first cell)")
+    _told.add(test)
+    pytest.fail(said, pytrace=False)
