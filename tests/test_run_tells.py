@@ -134,3 +134,15 @@ def test_a_langgraph_app_under_a_tenxgraph_marker_is_one_clear_failure(pytester:
     assert outcomes.get("failed") == 1 and outcomes.get("skipped", 0) >= 5, outcomes
     result.stdout.fnmatch_lines(['*mark it @pytest.mark.crash_matrix(framework="langgraph")*'])
     assert "CrashInjected" not in result.stdout.str()
+
+
+def test_a_langgraph_tests_remedies_are_in_langgraphs_terms() -> None:
+    from pytest_replaysafe.judge.gaps import KNOWN_GAPS, remedies_of
+    from pytest_replaysafe.judge.verdict import _asked_again
+
+    ours, theirs = remedies_of(KNOWN_GAPS, "tenxgraph"), remedies_of(KNOWN_GAPS, "langgraph")
+    assert '@tool(effect="idempotent")' in ours and "@tool(" not in theirs
+    assert 'ReplaySafeToolNode(tools, ledger=..., effects={name: "idempotent"})' in theirs
+    assert "current_idempotency_key()" in theirs and "transactional" not in theirs
+    assert "invoke with durability='sync'" in _asked_again("async")
+    assert "invoke with durability='sync'" not in _asked_again("sync") and _asked_again("") == ""

@@ -52,6 +52,38 @@ _POLICY_REMEDY = (
     "its intent record is found on resume and the call is not run blind; or an idempotency key the provider honours"
 )
 
+#: The same fixes in LangGraph's terms (a LangGraph tool is declared to ``ReplaySafeToolNode``, not with ``@tool``).
+_LANGGRAPH_TERMS = (
+    (
+        'mark the tool `@tool(effect="idempotent")`',
+        'declare it `ReplaySafeToolNode(tools, ledger=..., effects={name: "idempotent"})`',
+    ),
+    (
+        '`@tool(effect="external", on_in_doubt="reconcile", reconcile=...)`',
+        '`ReplaySafeToolNode(..., on_in_doubt={name: "reconcile"}, reconcile={name: fn})`',
+    ),
+    ('`@tool(on_in_doubt="reconcile", reconcile=...)`', '`ReplaySafeToolNode(..., on_in_doubt={name: "reconcile"})`'),
+    ("declare an `idempotency_key: str` parameter, pass it on", "pass `current_idempotency_key()` to the provider"),
+    (
+        ', or make the effect a write in the checkpointer\'s database (`@tool(effect="transactional")`: exactly once)',
+        "",
+    ),
+)
+
+
+def remedies_of(rules: Iterable[GapRule], framework: str) -> str:
+    """The remedies of *rules*, once each, in the test's framework's terms."""
+    said = "; ".join(dict.fromkeys(rule.remedy for rule in rules if rule.remedy))
+    return in_langgraph_terms(said) if framework == "langgraph" else said
+
+
+def in_langgraph_terms(remedy: str) -> str:
+    """A remedy told to a LangGraph test: the same fix, declared the way a LangGraph tool is."""
+    for ours, theirs in _LANGGRAPH_TERMS:
+        remedy = remedy.replace(ours, theirs)
+    return remedy
+
+
 KNOWN_GAPS: tuple[GapRule, ...] = (
     GapRule(
         "in_flight",

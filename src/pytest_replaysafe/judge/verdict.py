@@ -56,6 +56,18 @@ LANGGRAPH_ASKED_AGAIN = (
 )
 
 
+def _asked_again(durability: str) -> str:
+    """Why a LangGraph model turn ran again, and the fix: durability='sync', unless the run already has it."""
+    if not durability:
+        return ""
+    if durability == "sync":
+        return (
+            " (LangGraph, durability='sync' already: the AIMessage that asked for it was not in a saved checkpoint "
+            "when the crash came)"
+        )
+    return LANGGRAPH_ASKED_AGAIN
+
+
 @dataclass(frozen=True, slots=True)
 class Reference:
     """What the clean run of the same test did."""
@@ -88,8 +100,8 @@ class HitEvidence:
     #: Set by the verdict: calls settled in doubt without a re-run whose effect never happened (``effects`` saw
     #: none): the model was told of a doubt, nothing was done.
     not_applied: list[str] = field(default_factory=list)
-    #: The app is a LangGraph app (the verdict's explanations name LangGraph's causes and fixes).
-    langgraph: bool = False
+    #: A LangGraph app's durability ("" for ours): the verdict's explanations name LangGraph's causes and fixes.
+    langgraph: str = ""
 
     def executions(self) -> Counter[str]:
         """Body executions per call (the harness's call identity; a run that paused for a person is not one)."""
@@ -215,7 +227,7 @@ def judge(
         if n > ref.calls_per_tool.get(tool, 0):
             problems.append(
                 f"{tool} was called for {n} distinct calls, {ref.calls_per_tool.get(tool, 0)} in the clean run: "
-                "a model turn ran again and asked for it anew" + (LANGGRAPH_ASKED_AGAIN if evidence.langgraph else "")
+                "a model turn ran again and asked for it anew" + _asked_again(evidence.langgraph)
             )
     problems += provenance(messages, evidence.entries, labels, evidence.tools)
     problems += pause_problems(evidence.entries, labels)

@@ -24,7 +24,7 @@ import pytest
 from pytest_replaysafe.judge import coverage
 from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, body_runs
 from pytest_replaysafe.judge.exposure import windows
-from pytest_replaysafe.judge.gaps import GAPS_DOC, GapRule, gap_reasons, point_gap, shown_rules
+from pytest_replaysafe.judge.gaps import GAPS_DOC, GapRule, gap_reasons, point_gap, remedies_of, shown_rules
 from pytest_replaysafe.judge.outcome import FAILING, CellResult, Outcome
 from pytest_replaysafe.judge.verdict import Reference, call_labels, clean_run_problems, judge, reference
 from pytest_replaysafe.matrix.cells import MODE_POINTS, Backend, Cell, reach_hint
@@ -225,7 +225,7 @@ class CellDriver:
     def _at_gap(self, r: CellResult) -> str:
         """A failure at a known gap: which gap, which call ran again (the gap cell's detail), the remedy, the docs."""
         shown = shown_rules(self.rules, r.point, r.gap or "", r.mode, r.backend)
-        remedies = "; ".join(dict.fromkeys(rule.remedy for rule in shown.values() if rule.remedy))
+        remedies = remedies_of(shown.values(), self.framework)
         fix = f" To close it, {remedies}." if remedies else ""
         why = "; ".join(r.gap_reasons.values())  # (set from the same rules when the cell was recorded)
         return f"failed at known gap {r.gap} ({r.point} hit {r.hit}: {why}): {r.detail}.{fix} See {GAPS_DOC}"
@@ -381,7 +381,7 @@ class CellDriver:
         thread = self._new_thread(f"hit{hit}")
         self.thread_id = thread
         target = Hit(app, input, config, stream, cell.point, hit, thread)
-        target.langgraph = isinstance(app, LangGraphApp)
+        target.langgraph = (app.durability or "async") if isinstance(app, LangGraphApp) else ""
         if cell.window is not None:  # a budgeted contest: the lock holder pauses at this lock window
             target.window, target.contested_window = window_arrival(cell.window, hit - 1, drive.counts), cell.window
         tools = frozenset(self.tools) if self.tools is not None else None

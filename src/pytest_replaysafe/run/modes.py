@@ -81,7 +81,7 @@ class Hit:
     stopped: str | None = None
     #: A LangGraph app. Its threads outlive an in-process crash (LangGraph runs sync tools in a thread pool, which
     #: the crash does not stop): after the crash, every point they reach crashes too, as in a process that died.
-    langgraph: bool = False
+    langgraph: str = ""  # a LangGraph app's: its durability ("sync", "async"); "" for ours
 
     @property
     def resume_input(self) -> Inputs | None:
