@@ -48,6 +48,23 @@ def contest(cp: PgCheckpointer, waiter: PgCheckpointer) -> tuple[int, tuple[int,
     return run_sync(body())
 
 
+def contest_beside(cp: PgCheckpointer, dsn: str, schema: str) -> tuple[int, tuple[int, Any]]:
+    """:func:`contest` with a waiter of its own (another worker's checkpointer on the same schema)."""
+    waiter = PgCheckpointer(postgres_dsn=dsn, schema=schema)
+    try:
+        return contest(cp, waiter)
+    finally:
+        waiter.close()
+
+
+def lease_released(self: Any, thread_id: str) -> Any:
+    """The lease of *thread_id*, taken off the renewer, as the real release does first."""
+    lease = self.leases[thread_id]
+    if self.renewer is not None:
+        self.renewer.remove(lease)
+    return lease
+
+
 @pytest.fixture
 def slow_commits(pg_checkpointer: PgCheckpointer, pg_dsn: str, pg_schema: str) -> PgCheckpointer:
     pg_checkpointer.get_thread("setup")  # (its tables exist)
@@ -59,11 +76,7 @@ def slow_commits(pg_checkpointer: PgCheckpointer, pg_dsn: str, pg_schema: str) -
 def test_a_run_waiting_for_the_lock_reads_the_last_write_of_the_run_that_released_it(
     slow_commits: PgCheckpointer, pg_dsn: str, pg_schema: str
 ) -> None:
-    waiter = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
-    try:
-        last, seen = contest(slow_commits, waiter)
-    finally:
-        waiter.close()
+    last, seen = contest_beside(slow_commits, pg_dsn, pg_schema)
     assert seen == (last, {"n": 2})
 
 
@@ -73,12 +86,9 @@ def test_even_an_unlock_sent_before_the_commit_keeps_the_waiter_behind_the_lease
     """Why the order of COMMIT and unlock in that round trip cannot show in a contest: a waiter that gets the
     advisory lock still claims the lease, whose row the releasing transaction holds until it commits. Measured
     with the unlock sent first: the waiter still reads the last write."""
-    original = PgRunLocks.write_and_release
 
     async def unlock_first(self: Any, conn: Any, thread_id: str, query: str, params: Any) -> Any:
-        lease = self.leases[thread_id]
-        if self.renewer is not None:
-            self.renewer.remove(lease)
+        lease = lease_released(self, thread_id)
         async with conn.pipeline():
             await conn.execute("BEGIN")
             cur = await conn.execute(query, params)
@@ -88,13 +98,8 @@ def test_even_an_unlock_sent_before_the_commit_keeps_the_waiter_behind_the_lease
         self.unlock_with_write[thread_id] = "released"
         return cur
 
-    assert original is not unlock_first
     monkeypatch.setattr(PgRunLocks, "write_and_release", unlock_first)
-    waiter = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
-    try:
-        last, seen = contest(slow_commits, waiter)
-    finally:
-        waiter.close()
+    last, seen = contest_beside(slow_commits, pg_dsn, pg_schema)
     assert seen == (last, {"n": 2})
 
 
@@ -105,9 +110,7 @@ def test_a_release_sent_before_the_write_lets_the_waiter_read_the_state_before_i
     then the write (a broken runtime), lets the waiter in to read the state the last write was about to replace."""
 
     async def release_first(self: Any, conn: Any, thread_id: str, query: str, params: Any) -> Any:
-        lease = self.leases[thread_id]
-        if self.renewer is not None:
-            self.renewer.remove(lease)
+        lease = lease_released(self, thread_id)
         await conn.execute(self.q["release_lease"], (thread_id, lease.owner))
         await conn.execute(self.q["unlock"], (lease.key,))
         await asyncio.sleep(0.2)  # (the waiter's next try comes now)
@@ -119,9 +122,5 @@ def test_a_release_sent_before_the_write_lets_the_waiter_read_the_state_before_i
         return cur
 
     monkeypatch.setattr(PgRunLocks, "write_and_release", release_first)
-    waiter = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema)
-    try:
-        last, seen = contest(slow_commits, waiter)
-    finally:
-        waiter.close()
+    last, seen = contest_beside(slow_commits, pg_dsn, pg_schema)
     assert seen == (last - 1, {"n": 1})  # the waiter read the state before the last write: the contest shows it
