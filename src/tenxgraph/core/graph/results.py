@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from tenxgraph.core.graph.utils.invoke_node_handler import ledger_key
 from tenxgraph.core.tools.interrupts import Interrupt
 from tenxgraph.state.messages import Message
 from tenxgraph.state.state import AgentState
@@ -79,7 +80,7 @@ class RunResult(Generic[S]):
             for result in message.tool_results if message.role == "tool" else ():
                 if result.status == "in_doubt":
                     name, message_id = asked.get(str(result.call_id), (None, None))
-                    key = f"{message_id}:{result.call_id}" if message_id and result.call_id else None
+                    key = ledger_key(message_id, result.call_id)
                     found.append(InDoubt(name, str(result.call_id), key, str(result.output)))
         return found
 
