@@ -75,8 +75,39 @@ def lg_body_key_unstable() -> None:
     package.current_idempotency_key = tools.current_idempotency_key = fresh  # type: ignore[assignment]
 
 
+def lg_declarations_dropped() -> None:
+    """The wrapper reads no tool's declaration (``effects=``, ``on_in_doubt=``, the tool's ``metadata``): every
+    call is handled as undeclared (an in-doubt policy the user set is never applied)."""
+    from tenxgraph.integrations.langgraph import tools
+
+    def undeclared(self: Any, tool: Any) -> tuple[None, None, None]:
+        return None, None, None
+
+    tools.ReplaySafeToolCalls._policy = undeclared  # type: ignore[method-assign]
+
+
+def lg_error_recorded_as_success() -> None:
+    """The wrapper records every call as a success, whatever the ``ToolMessage``'s status said: a replay answers a
+    failed call as if it had worked (the first run still shows LangGraph's own error message)."""
+    from tenxgraph.core.tools.tool import ToolOutput
+    from tenxgraph.integrations.langgraph import tools
+
+    def succeeded(content: Any, is_error: bool = False) -> ToolOutput:
+        return ToolOutput(content, is_error=False)
+
+    setattr(tools, "ToolOutput", succeeded)  # noqa: B010 (the module's name the wrapper calls)
+
+
 LG_MUTANTS: dict[str, Callable[[], None]] = {
-    f.__name__: f for f in (lg_ledger_read_ignored, lg_key_from_call_id, lg_record_never_written, lg_body_key_unstable)
+    f.__name__: f
+    for f in (
+        lg_ledger_read_ignored,
+        lg_key_from_call_id,
+        lg_record_never_written,
+        lg_body_key_unstable,
+        lg_declarations_dropped,
+        lg_error_recorded_as_success,
+    )
 }
 
 

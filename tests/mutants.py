@@ -743,12 +743,26 @@ def mcp_external_retried() -> None:
     tools.to_tool = to_tool
 
 
-#: Mutants of the MCP integration: caught over examples/mcp_tools (tests/test_mcp_gate.py), by the test's own count
-#: of the server's effects, each for its reason.
+def mcp_error_taken_for_success() -> None:
+    """A result the server marked ``isError`` reaches the model and the ledger as a success."""
+    from tenxgraph.core.tools.tool import ToolOutput
+    from tenxgraph.integrations.mcp import tools
+
+    original = tools.output_of
+
+    def output_of(result: Any) -> Any:
+        return ToolOutput(original(result).content, is_error=False)
+
+    tools.output_of = output_of
+
+
+#: Mutants of the MCP integration: caught over examples/mcp_tools and an agent whose call fails on its server
+#: (tests/test_mcp_gate.py), by the verdict's own findings, each for its reason.
 MCP_MUTANTS: dict[str, Callable[[], None]] = {
     "mcp_hints_trusted_as_read": mcp_hints_trusted_as_read,
     "mcp_key_not_sent": mcp_key_not_sent,
     "mcp_external_retried": mcp_external_retried,
+    "mcp_error_taken_for_success": mcp_error_taken_for_success,
 }
 
 

@@ -555,3 +555,37 @@ def test_tools_from_an_mcp_server_get_their_effect_class_from_their_annotations(
     assert "in doubt" in str(refunded.content)
     (record,) = ledger.list_tool_results("t1").values()  # the read left no record; refund's answer is recorded
     assert record["tool"] == "refund"
+
+
+def test_the_witness_reads_each_guarded_tools_declaration_itself(ledger: Any) -> None:
+    """The gate's witness learns a LangGraph tool's effect class and policy from what its user said (the node's
+    ``effects=`` / ``on_in_doubt=`` first, then the tool's ``metadata``, MCP hints mapped), not from the wrapper;
+    through ``create_agent``'s middleware too; a bare ``ToolNode`` guards nothing and declares nothing."""
+    from pytest_replaysafe.run.witness import langgraph_declarations
+
+    tools = Counted().tools()
+    tools[0].metadata = {"effect": "read"}  # overridden by the node's effects= below
+    tools[1].metadata = {"on_in_doubt": "retry", "destructiveHint": True}  # MCP annotations: external
+    tools[2].metadata = {"readOnlyHint": True}
+
+    def graph(node: Any) -> Any:
+        g = StateGraph(MessagesState)
+        g.add_node("tools", node)
+        g.add_edge(START, "tools")
+        return g.compile()
+
+    node = ReplaySafeToolNode(tools, ledger=ledger, effects={"refund": "external"}, on_in_doubt={"refund": "fail"})
+    assert langgraph_declarations(graph(node)) == {
+        "refund": ("external", "fail"),
+        tools[1].name: ("external", "retry"),
+        tools[2].name: ("read", None),
+    }
+    assert langgraph_declarations(graph(ToolNode(tools))) == {}
+    pytest.importorskip("langchain.agents", reason="langchain is not installed: pip install langchain")
+    from langchain.agents import create_agent
+
+    from tenxgraph.integrations.langgraph import ReplaySafeMiddleware
+
+    middleware = ReplaySafeMiddleware(ledger, effects={"refund": "idempotent"})
+    agent = create_agent(ScriptedChat(turns=TURNS), tools, middleware=[middleware])
+    assert langgraph_declarations(agent)["refund"] == ("idempotent", None)

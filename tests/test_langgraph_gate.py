@@ -43,6 +43,49 @@ def test_replay_safe_async_durability(crash_run, effects):
     assert crash_run.invoke(app, REQUEST).final_text == FINAL  # LangGraph's default durability, "async"
 
 
+def failing_agent(saver, ledger, effects):
+    # one turn asks for a lookup whose tool fails (LangChain's ToolException: an error ToolMessage) and a refund
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import ToolException, tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+    from tenxgraph.integrations.langgraph import ReplaySafeToolNode, current_idempotency_key
+
+    @tool
+    def lookup(order_id: str) -> str:
+        'Look an order up.'
+        raise ToolException(f"order {order_id} is archived")
+
+    lookup.handle_tool_error = True
+
+    @tool
+    def refund_order(order_id: str) -> str:
+        'Refund an order.'
+        return str(effects.apply("refund", {"order": order_id}, current_idempotency_key())["effect_id"])
+
+    def model(state):
+        if not any(m.type == "ai" for m in state["messages"]):
+            calls = [{"name": "lookup", "args": {"order_id": "7"}, "id": "call_0", "type": "tool_call"},
+                     {"name": "refund_order", "args": {"order_id": "7"}, "id": "call_1", "type": "tool_call"}]
+            return {"messages": [AIMessage("", tool_calls=calls)]}
+        return {"messages": [AIMessage("done")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model)
+    graph.add_node("tools", ReplaySafeToolNode([lookup, refund_order], ledger=ledger))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=saver)
+
+
+@pytest.mark.crash_matrix(framework="langgraph")
+def test_replay_safe_tool_error(crash_run, effects):
+    app = failing_agent(crash_run.langgraph_checkpointer, crash_run.checkpointer, effects)
+    result = crash_run.invoke(app, {"messages": [("user", "refund 7")]}, {"durability": "sync"})
+    assert result.final_text == "done"
+
+
 @pytest.mark.crash_matrix(framework="langgraph")
 def test_bare(crash_run, effects):
     app = build_agent(crash_run.langgraph_checkpointer, effects)
@@ -63,6 +106,10 @@ CAUSES = {
     "lg_record_never_written": "after its record was said to be written, yet no record was",
     # the witness reads the key in the tool's own context (its callbacks): not the one the ledger reported
     "lg_body_key_unstable": "was given an idempotency key the runtime did not report",
+    # the witness reads open_ticket's metadata itself: the runtime's events say no effect class
+    "lg_declarations_dropped": "its tool declares effect idempotent with in-doubt policy none, yet the runtime",
+    # the witness saw the tool's own ToolMessage.status: a replay of the record answers a success
+    "lg_error_recorded_as_success": "was answered as a success although its body raised",
 }
 FAILING = ("violation", "resume_failed", "error", "failed", "vacuous")
 
@@ -105,7 +152,7 @@ def control(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     workdir = tmp_path_factory.mktemp("lg-gate")
     with ThreadPoolExecutor(max_workers=2) as pool:
         example = pool.submit(run_example, workdir)
-        others = pool.submit(run_matrix, workdir, "test_bare or async_durability")
+        others = pool.submit(run_matrix, workdir, "test_bare or async_durability or tool_error")
         return {"example": example.result(), **others.result()}
 
 
@@ -146,6 +193,12 @@ def test_the_examples_matrix_gives_the_table_docs_langgraph_shows(control: dict[
     assert check_langgraph(control["example"]["report"]) == []
     bare = of_test(control["example"], "test_bare_tool_node")
     assert any(c["outcome"] == "violation" for c in bare)  # (the table's "before": counted, not hidden by xfail)
+
+
+def test_a_failing_tools_error_is_recorded_and_replayed_as_an_error(control: dict[str, Any]) -> None:
+    """The control for the error rule: a tool whose ToolMessage says error, under the wrapper, passes every cell."""
+    cells = of_test(control, "test_replay_safe_tool_error")
+    assert cells and not [c for c in cells if c["outcome"] in FAILING], outcomes(cells)
 
 
 def test_with_async_durability_a_model_turn_lost_before_its_tools_ran_shows_and_names_the_fix(

@@ -22,12 +22,30 @@ CAUSES = {
     "mcp_key_not_sent": "reached its MCP server without the idempotency key the runtime reported",
     "mcp_external_retried": "yet the runtime handled the call as effect external with in-doubt policy retry",
 }
+#: Caught over an agent whose call fails on the server (FAILING): the witness read the server's own isError.
+ERROR_CAUSES = {"mcp_error_taken_for_success": "was answered as a success although its body raised"}
+FAILING = """
+import pytest
+from examples.mcp_tools.agent import ticket_server
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel
+from tenxgraph.integrations.mcp import mcp_tools
+
+
+@pytest.mark.crash_matrix(backends=["sqlite"], modes=["inprocess"])
+def test_a_call_the_server_refuses(crash_run, tmp_path):
+    with ticket_server(tmp_path / "t.db") as desk:
+        turn = [("get_ticket", {"ticket": 999}), ("open_ticket", {"title": "look into 999"})]
+        model = ScriptedModel([Reply(tool_calls=turn), "done"])
+        app = ReactAgent(model, tools=mcp_tools(desk)).compile(checkpointer=crash_run.checkpointer)
+        result = crash_run.invoke(app, {"messages": [Message.text_message("go")]})
+        assert result.final_text == "done"
+"""
 
 
 @pytest.mark.xdist_group("mcp-gate")
 def test_the_matrix_passes_mcp_tools_and_catches_each_broken_integration(tmp_path: Path) -> None:
-    assert set(CAUSES) == set(MCP_MUTANTS)
-    names: list[str | None] = [None, *MCP_MUTANTS]
+    assert set(CAUSES) | set(ERROR_CAUSES) == set(MCP_MUTANTS)
+    names: list[str | None] = [None, *CAUSES]
     with ThreadPoolExecutor(max_workers=2) as pool:
         options = ["--crash-backends=sqlite", "--crash-modes=inprocess", "--crash-seed=5", "--crash-hits=1"]
         options += ["-k", "test_mcp_tools_are_replay_safe"]  # the ticket desk's test (its rows are the count)
@@ -42,6 +60,23 @@ def test_the_matrix_passes_mcp_tools_and_catches_each_broken_integration(tmp_pat
         print(f"  {mutant:28} {len(caught):4} violation cells: {cause!r}")
         assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
         assert reports[mutant]["exit"] != 0
+
+
+@pytest.mark.xdist_group("mcp-gate")
+def test_a_server_error_answered_as_a_success_is_caught_by_the_witness(tmp_path: Path) -> None:
+    test_file = tmp_path / "test_refused.py"
+    test_file.write_text(FAILING)
+    names: list[str | None] = [None, *ERROR_CAUSES]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        options = ["--crash-seed=5", "--crash-hits=1"]
+        found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, test_file, options), names)
+        reports = dict(zip(names, found, strict=True))
+    control = reports[None]
+    assert control["exit"] == 0 and control["cells"], [c["detail"][:200] for c in control["cells"]]
+    for mutant, cause in ERROR_CAUSES.items():
+        caught = [c for c in reports[mutant]["cells"] if c["outcome"] == "violation" and cause in c["detail"]]
+        print(f"  {mutant:28} {len(caught):4} violation cells: {cause!r}")
+        assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
 
 
 DYING = """

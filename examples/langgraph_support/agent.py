@@ -45,6 +45,9 @@ def make_tools(provider: Provider) -> list[BaseTool]:
         """Open a support ticket."""
         return str(provider.apply("ticket", {"title": title}, current_idempotency_key())["effect_id"])
 
+    # the ticket system deduplicates on the key: a tool that may simply run again says so in its metadata (the
+    # ledger then marks no in-doubt window for it)
+    open_ticket.metadata = {"effect": "idempotent"}
     return [refund_order, send_email, open_ticket]
 
 

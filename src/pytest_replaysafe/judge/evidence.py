@@ -70,7 +70,9 @@ class Entry:
     effect: str | None = None  # the tool's effect class (read, idempotent, external), if it says one
     t: float | None = None  # when it was written: CLOCK_MONOTONIC, one clock for every process of the machine
     out: str | None = None  # the start of the output as text (end): what a person compares two runs by
-    via: str | None = None  # body events: "mcp" when the witness saw the request its MCP server received
+    #: body events: "mcp" when the witness saw the request its MCP server received; "langgraph" when it saw a
+    #: LangGraph tool's body through LangChain's callbacks (UNDECLARED: a tool whose declaration it could not read)
+    via: str | None = None
 
     def answer(self) -> str:
         """The output's start, as a person reads it (an error result says so)."""
@@ -82,6 +84,10 @@ class Entry:
         """The call this entry is about: the harness's identity where known, else the runtime's key."""
         return self.call or self.id
 
+
+#: ``via`` of a LangGraph tool's body events when the witness found no declaration for it (a tool node it cannot
+#: read): its effect class and policy are then not judged against the runtime's.
+UNDECLARED = "langgraph:undeclared"
 
 #: Events that carry a call's answer: its body returned (``end``), or a person rejected it (``rejected``).
 ANSWERS = ("end", "rejected")

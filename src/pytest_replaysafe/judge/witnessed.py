@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pytest_replaysafe.judge.evidence import Entry
+from pytest_replaysafe.judge.evidence import UNDECLARED, Entry
 from pytest_replaysafe.judge.provenance import answer_to
 
 if TYPE_CHECKING:
@@ -36,9 +36,9 @@ Declaration = tuple[str | None, str | None]
 
 
 def declared(entries: Sequence[Entry]) -> dict[str, Declaration]:
-    """Call -> its tool's declaration as the witness saw it (calls whose body ran under the witness; a LangGraph
-    tool's body is watched through LangChain's callbacks, which do not carry its declaration)."""
-    return {e.hid: (e.effect, e.policy) for e in entries if e.event == "body" and e.via != "langgraph"}
+    """Call -> its tool's declaration as the witness saw it (calls whose body ran under the witness, less LangGraph
+    tools in a node whose declarations it could not read)."""
+    return {e.hid: (e.effect, e.policy) for e in entries if e.event == "body" and e.via != UNDECLARED}
 
 
 def effect_and_policy(entries: Sequence[Entry]) -> dict[str, Declaration]:

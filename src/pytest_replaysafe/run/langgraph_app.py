@@ -28,7 +28,16 @@ from uuid import UUID
 
 import pytest
 
-from pytest_replaysafe.judge.evidence import UNRECORDED, Entry, ExecutionLog, call_id_of, fingerprint, preview
+from pytest_replaysafe.judge.evidence import (
+    UNDECLARED,
+    UNRECORDED,
+    Entry,
+    ExecutionLog,
+    call_id_of,
+    fingerprint,
+    preview,
+)
+from pytest_replaysafe.run.witness import langgraph_declarations
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.results import RunResult
 from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call, running_call
@@ -196,8 +205,10 @@ async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 # -- the watcher of unguarded tool calls ---------------------------------------------------------------------------
-def tool_watch(log: ExecutionLog, thread: str) -> Any:
-    """A LangChain callback handler for one run on *thread* (see :class:`ToolWatch`)."""
+def tool_watch(log: ExecutionLog, thread: str, declarations: Mapping[str, tuple[str | None, str | None]]) -> Any:
+    """A LangChain callback handler for one run on *thread* (see :class:`ToolWatch`); *declarations*: each guarded
+    tool's effect class and in-doubt policy, as the witness read them from the app
+    (:func:`~pytest_replaysafe.run.witness.langgraph_declarations`)."""
     from langchain_core.callbacks import BaseCallbackHandler
 
     from tenxgraph.integrations.langgraph.messages import find_call, messages_of
@@ -257,9 +268,13 @@ def tool_watch(log: ExecutionLog, thread: str) -> Any:
             in its context) and, at its end, its outcome (LangGraph's ``ToolMessage.status``, or its error)."""
             from tenxgraph.integrations.langgraph import current_idempotency_key
 
-            call = call_id_of(*found)
-            body = Entry(info.thread_id, info.execution_id, "body", name, ikey=current_idempotency_key(), call=call,
-                         via="langgraph")  # fmt: skip
+            call, key = call_id_of(*found), current_idempotency_key()
+            if name in declarations:
+                effect, policy = declarations[name]
+                body = Entry(info.thread_id, info.execution_id, "body", name, policy=policy, effect=effect, ikey=key,
+                             call=call, via="langgraph")  # fmt: skip
+            else:
+                body = Entry(info.thread_id, info.execution_id, "body", name, ikey=key, call=call, via=UNDECLARED)
             log.write(body)
             return body
 
@@ -301,10 +316,11 @@ class LangGraphApp:
 
     def __init__(self, app: Any, input: Mapping[str, Any], log: ExecutionLog, durability: str | None) -> None:
         self.app, self.input, self.log, self.durability = app, dict(input), log, durability
+        self.declarations = langgraph_declarations(app)  # the witness's own reading of each tool's declaration
 
     def _config(self, thread: str, config: Mapping[str, Any]) -> dict[str, Any]:
         configurable = {**(config.get("configurable") or {}), "thread_id": thread}
-        callbacks = [*(config.get("callbacks") or []), tool_watch(self.log, thread)]
+        callbacks = [*(config.get("callbacks") or []), tool_watch(self.log, thread, self.declarations)]
         rest = {k: v for k, v in config.items() if k not in ("configurable", "callbacks", "lock_timeout")}
         return {**rest, "configurable": configurable, "callbacks": callbacks}
 

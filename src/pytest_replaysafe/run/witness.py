@@ -149,6 +149,59 @@ def _ended(began: Entry | None, event: str, error: bool = False) -> None:
         _active[-1].write(Entry(began.thread, began.id, event, began.tool, error=error, call=began.call))
 
 
+# -- LangGraph tools: their metadata and what their node was told ---------------------------------------------------
+def langgraph_declarations(app: Any) -> dict[str, tuple[str | None, str | None]]:
+    """Tool name -> its effect class and in-doubt policy, for each tool of a ledger-guarded LangGraph ``ToolNode``
+    in *app* (``ReplaySafeToolNode``, or a ``ToolNode`` wrapped by ``ReplaySafeToolCalls`` or the middleware): what
+    its user told the node (``effects=``, ``on_in_doubt=``), else the tool's own ``metadata`` (``{"effect": ...}``,
+    or the MCP annotations ``langchain-mcp-adapters`` puts there), mapped as docs/langgraph.md says. A tool in no
+    such node is left out (its body events then carry no declaration)."""
+    found: dict[str, tuple[str | None, str | None]] = {}
+    for node in (getattr(app, "nodes", None) or {}).values():
+        bound = getattr(node, "bound", node)
+        tools = getattr(bound, "_tools_by_name", None)
+        options = _guard_of(bound)
+        if not isinstance(tools, dict) or options is None:
+            continue
+        for name, tool in tools.items():
+            meta = getattr(tool, "metadata", None) or {}
+            said = options.effects.get(name, meta.get("effect"))
+            effect = str(getattr(said, "value", said)) if said is not None else _effect_from_hints(meta)
+            found[name] = (effect, declared_policy(effect, options.on_in_doubt.get(name, meta.get("on_in_doubt"))))
+    return found
+
+
+def _guard_of(node: Any) -> Any:
+    """The ``ReplaySafeToolCalls`` that guards a LangGraph tool node, or None (a bare ``ToolNode``)."""
+    from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls
+
+    seen: list[Any] = [getattr(node, "replay_safe", None), getattr(node, "_wrap_tool_call", None)]
+    for _ in range(4):  # through a middleware's bound method and the closures that compose wrappers
+        for item in seen:
+            if isinstance(item, ReplaySafeToolCalls):
+                return item
+            calls = getattr(item, "calls", None)
+            if isinstance(calls, ReplaySafeToolCalls):
+                return calls
+        seen = [getattr(i, "__self__", None) for i in seen] + [
+            c.cell_contents for i in seen for c in (getattr(i, "__closure__", None) or ()) if c.cell_contents
+        ]
+    return None
+
+
+def _effect_from_hints(meta: Mapping[str, Any]) -> str | None:
+    """MCP annotations as docs/mcp.md maps them (either spelling): read-only → read, idempotent → idempotent, any
+    other write → external; None when *meta* says none of them."""
+    names = {"readOnlyHint": "read_only_hint", "idempotentHint": "idempotent_hint",
+             "destructiveHint": "destructive_hint", "openWorldHint": "open_world_hint"}  # fmt: skip
+    said = {k: meta.get(k, meta.get(v)) for k, v in names.items()}
+    if all(v is None for v in said.values()):
+        return None
+    if said["readOnlyHint"]:
+        return "read"
+    return "idempotent" if said["idempotentHint"] else "external"
+
+
 # -- MCP tools: the request the server received ----------------------------------------------------------------------
 #: The request ``_meta`` entry that carries a call's idempotency key to an MCP server (docs/mcp.md).
 MCP_KEY_META = "tenxgraph/idempotency-key"
