@@ -15,12 +15,37 @@ CAUSES = {
     "stream_replayed_as_fresh": "stored it as replayed=True, and it was streamed as replayed=False",
     "stream_recorded_as_replayed": "stored it as replayed=False, and it was streamed as replayed=True",
 }
+#: Caught over an agent one of whose tools fails (FAILING_TOOL).
+ERROR_CAUSES = {"stream_error_as_success": "was streamed with error flags [False], stored with [True]"}
+FAILING_TOOL = """
+import pytest
+from tenxgraph import Message, ReactAgent, Reply, ScriptedModel, tool
+
+
+@tool(effect="external", on_in_doubt="fail")
+def refund(order_id: str, idempotency_key: str = "") -> str:
+    "Refund an order."
+    raise RuntimeError(f"order {order_id} is archived")
+
+
+@tool(effect="read")
+def lookup(order_id: str) -> str:
+    "Look an order up."
+    return f"order {order_id}: archived"
+
+
+@pytest.mark.crash_matrix(backends=["sqlite"], modes=["stream"])
+def test_a_refund_that_fails(crash_run):
+    model = ScriptedModel([Reply(tool_calls=[("lookup", {"order_id": "7"}), ("refund", {"order_id": "7"})]), "done"])
+    app = ReactAgent(model, tools=[lookup, refund]).compile(checkpointer=crash_run.checkpointer)
+    assert crash_run.invoke(app, {"messages": [Message.text_message("refund 7")]}).final_text == "done"
+"""
 FAILING = ("violation", "failed", "error", "resume_failed")
 
 
 def test_the_stream_mode_passes_our_runtime_and_catches_each_broken_stream(tmp_path: Path) -> None:
-    assert set(CAUSES) == set(STREAM_MUTANTS)
-    names: list[str | None] = [None, *STREAM_MUTANTS]
+    assert set(CAUSES) | set(ERROR_CAUSES) == set(STREAM_MUTANTS)
+    names: list[str | None] = [None, *CAUSES]
     options = ["--crash-backends=sqlite", "--crash-modes=stream", "--crash-seed=5", "--crash-hits=1"]
     with ThreadPoolExecutor(max_workers=2) as pool:
         found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, EXAMPLE, options), names)
@@ -31,6 +56,24 @@ def test_the_stream_mode_passes_our_runtime_and_catches_each_broken_stream(tmp_p
     mid_stream = [c for c in control["cells"] if c["point"] == "model.mid_stream"]
     assert mid_stream and all(c["outcome"] == "protected" for c in mid_stream)  # a crash mid-stream, resumed
     for mutant, cause in CAUSES.items():
+        caught = [c for c in reports[mutant]["cells"] if c["outcome"] in FAILING and cause in c["detail"]]
+        print(f"  {mutant:30} {len(caught):4} failing cells: {cause!r}")
+        assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
+        assert reports[mutant]["exit"] != 0
+
+
+def test_a_failed_call_streamed_as_a_success_is_caught(tmp_path: Path) -> None:
+    test_file = tmp_path / "test_failing_tool.py"
+    test_file.write_text(FAILING_TOOL)
+    names: list[str | None] = [None, *ERROR_CAUSES]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        options = ["--crash-seed=5", "--crash-hits=1"]
+        found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, test_file, options), names)
+        reports = dict(zip(names, found, strict=True))
+    control = reports[None]
+    failing = [c for c in control["cells"] if c["outcome"] in FAILING]
+    assert control["exit"] == 0 and control["cells"] and not failing, [c["detail"][:200] for c in failing]
+    for mutant, cause in ERROR_CAUSES.items():
         caught = [c for c in reports[mutant]["cells"] if c["outcome"] in FAILING and cause in c["detail"]]
         print(f"  {mutant:30} {len(caught):4} failing cells: {cause!r}")
         assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, call_id_of, preview
 from tenxgraph.core.tools.interrupts import Resume
-from tenxgraph.state.messages import Message
+from tenxgraph.state.messages import Message, ToolResultBlock
 
 if TYPE_CHECKING:
     from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
@@ -154,25 +154,41 @@ def run_once(
     if not stream:
         return graph.invoke(input, cfg)
     result: RunResult[Any] | None = None
-    streamed: dict[str, bool] = {}  # tool result message id -> marked replayed
+    streamed: dict[str, tuple[bool, tuple[bool, ...]]] = {}  # tool result message id -> (replayed, error flags)
     for mode, chunk in graph.stream(input, cfg, stream_mode=["updates", "messages", "result"]):
         if mode == "result":
             result = chunk
         elif mode == "messages" and isinstance(chunk[0], Message) and chunk[0].role == "tool":
-            streamed[chunk[0].message_id] = bool(chunk[1].get("replayed"))
+            streamed[chunk[0].message_id] = (bool(chunk[1].get("replayed")), _errors(chunk[0]))
         elif mode == "updates":
             for update in chunk.values():
                 for message in update.get("messages", ()):
-                    stored = bool(message.metadata.get("replayed"))
-                    if message.role == "tool" and streamed.get(message.message_id) != stored:
-                        said = "was not streamed" if message.message_id not in streamed else "was streamed as "
-                        said += "" if message.message_id not in streamed else f"replayed={not stored}"
-                        raise AssertionError(
-                            f"stream_mode='messages' misreported tool result {message.message_id!r}: its node "
-                            f"stored it as replayed={stored}, and it {said} before the node's update"
-                        )
+                    if message.role == "tool":
+                        _check_streamed(message, streamed.get(message.message_id))
     assert result is not None
     return result
+
+
+def _errors(message: Message) -> tuple[bool, ...]:
+    return tuple(b.is_error for b in message.content if isinstance(b, ToolResultBlock))
+
+
+def _check_streamed(message: Message, streamed: tuple[bool, tuple[bool, ...]] | None) -> None:
+    """A tool result a node stored was streamed before its update, marked replayed exactly when it was, and
+    an error exactly when it is one (a UI must not show a failed refund as done)."""
+    stored = bool(message.metadata.get("replayed"))
+    said = None
+    if streamed is None:
+        said = "was not streamed"
+    elif streamed[0] != stored:
+        said = f"was streamed as replayed={streamed[0]}"
+    elif streamed[1] != _errors(message):
+        said = f"was streamed with error flags {list(streamed[1])}, stored with {list(_errors(message))}"
+    if said is not None:
+        raise AssertionError(
+            f"stream_mode='messages' misreported tool result {message.message_id!r}: its node stored it as "
+            f"replayed={stored}, and it {said} before the node's update"
+        )
 
 
 def call_of(result: RunResult[Any], interrupt: Interrupt) -> str | None:
