@@ -258,7 +258,7 @@ def test_bad_declarations_name_the_tool_and_the_fix(ledger: Any) -> None:
         ReplaySafeToolNode(tools, ledger=ledger, effects={"refund": "read"}, on_in_doubt={"refund": "fail"})
     with pytest.raises(ConfigError, match="no tool named 'refnud'"):
         ReplaySafeToolNode(tools, ledger=ledger, effects={"refnud": "read"})
-    with pytest.raises(ConfigError, match="not a tenxgraph checkpointer"):
+    with pytest.raises(ConfigError, match="not a tenxgraph ledger store"):
         ReplaySafeToolNode(tools, ledger=InMemorySaver())  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="invalid; use one of"):
         ReplaySafeToolNode(tools, ledger=ledger, effects={"refund": "sideways"})

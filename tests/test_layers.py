@@ -6,6 +6,7 @@ docs/architecture.md draws the same layers."""
 from __future__ import annotations
 
 import ast
+import inspect
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,6 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("storage", ("tenxgraph.storage",)),
     ("tools", ("tenxgraph.core.tools", "tenxgraph.core.crashpoints")),
     ("the ledger", ("tenxgraph.core.graph.utils",)),
+    ("the ledger's public entry", ("tenxgraph.ledger",)),
     ("the graph", ("tenxgraph.core.graph",)),
     ("prebuilt, models, server", ("tenxgraph.prebuilt", "tenxgraph.models", "tenxgraph.server")),
     ("integrations", ("tenxgraph.integrations",)),
@@ -72,9 +74,19 @@ def package(module: str) -> str:
     return ".".join(MODULES[module].parent.relative_to(SRC).parts)
 
 
+#: ``tenxgraph.core`` is a folder of three layers (tools below the ledger, the ledger, the graph above its public
+#: entry), so its top packages are those folders.
+CORE_LAYERS = ("tenxgraph.core.tools", "tenxgraph.core.graph.utils", "tenxgraph.core.graph")
+
+
 def top_package(module: str) -> str:
-    """The package's first two levels: ``tenxgraph.core``, ``pytest_replaysafe.run``."""
-    return ".".join(package(module).split(".")[:2])
+    """The package's first two levels: ``tenxgraph.storage``, ``pytest_replaysafe.run``; in ``tenxgraph.core``, the
+    layer's folder (:data:`CORE_LAYERS`)."""
+    folder = package(module)
+    for layer_folder in CORE_LAYERS:
+        if folder == layer_folder or folder.startswith(layer_folder + "."):
+            return layer_folder
+    return ".".join(folder.split(".")[:2])
 
 
 def collapsed(group: Callable[[str], str]) -> dict[str, set[str]]:
@@ -141,11 +153,38 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
 def test_the_checks_see_imports_and_circles_at_all() -> None:
     """Guards the tests above against passing vacuously (a parser that found nothing, a search that finds none)."""
     assert "tenxgraph.storage.checkpointer.base" in GRAPH["tenxgraph.core.graph.compiled"]
-    assert "tenxgraph.core.graph.utils.invoke_node_handler" in GRAPH["tenxgraph.core.graph.tool_node"]
+    assert "tenxgraph.ledger" in GRAPH["tenxgraph.core.graph.tool_node"]
+    assert "tenxgraph.core.graph.utils.invoke_node_handler" in GRAPH["tenxgraph.ledger"]
     assert "pytest_replaysafe.run.harness" in GRAPH["pytest_replaysafe.fixtures"]  # a function-level import counts
     assert len(MODULES) > 60
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert collapsed(top_package)["tenxgraph.core"] >= {"tenxgraph.storage", "tenxgraph.state"}
+    assert collapsed(top_package)["tenxgraph.core.graph"] >= {"tenxgraph.storage", "tenxgraph.state"}
+    assert collapsed(top_package)["tenxgraph.core.graph"] >= {"tenxgraph.ledger"}
+    assert collapsed(top_package)["tenxgraph.ledger"] >= {"tenxgraph.core.graph.utils", "tenxgraph.core.tools"}
+
+
+#: What a caller of the ledger may not import: its implementation, the crash points, a storage class's module.
+PRIVATE = ("tenxgraph.core.graph.utils", "tenxgraph.core.crashpoints", "tenxgraph.storage.")
+#: The ledger's callers: our tool node and every integration.
+LEDGER_CALLERS = ("tenxgraph.core.graph.tool_node", "tenxgraph.integrations")
+
+
+def test_the_ledgers_callers_go_through_its_public_entry() -> None:
+    """Our tool node and the integrations (LangGraph, MCP) reach the ledger through ``tenxgraph.ledger`` only:
+    nothing of its implementation, no crash point (the probe instead), no storage module (``LedgerStore``)."""
+    callers = [m for m in MODULES if m.startswith(LEDGER_CALLERS)]
+    assert len(callers) >= 8 and all("tenxgraph.ledger" in GRAPH[m] for m in LEDGER_CALLERS[:1])
+    private = sorted(f"{m} imports {d}" for m in callers for d in GRAPH[m] if d.startswith(PRIVATE))
+    assert private == []
+    assert any(d.startswith(PRIVATE) for d in GRAPH["tenxgraph.core.graph.compiled"])  # (the check sees some)
+
+
+def test_the_ledgers_entry_names_what_it_exports() -> None:
+    import tenxgraph.ledger as entry
+
+    assert sorted(entry.__all__) == sorted(n for n in vars(entry) if not n.startswith("_") and n != "annotations")
+    named = [getattr(entry, name) for name in entry.__all__]
+    assert all(x.__doc__ for x in named if inspect.isfunction(x) or inspect.isclass(x))  # (Reconcile: an alias)
 
 
 def test_the_runtime_has_one_context_variable() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from tenxgraph.core.graph.utils.invoke_node_handler import ledger_key
 from tenxgraph.core.tools.interrupts import Interrupt
+from tenxgraph.ledger import ledger_key
 from tenxgraph.state.messages import Message
 from tenxgraph.state.state import AgentState
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tenxgraph.core.graph.utils.invoke_node_handler import invoke_tool_calls
 from tenxgraph.core.tools.context import current_run
-from tenxgraph.core.tools.tool import Tool
+from tenxgraph.ledger import Tool, invoke_tool_calls
 from tenxgraph.state.messages import JSON
 from tenxgraph.state.state import AgentState
 from tenxgraph.utils.errors import GraphBuildError

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Unpack
 
 from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls, ToolCallsOptions
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.ledger import LedgerStore
 
 try:
     from langchain.agents.middleware import AgentMiddleware
@@ -27,7 +27,7 @@ class ReplaySafeMiddleware(AgentMiddleware):
     """``create_agent`` middleware whose ``wrap_tool_call`` / ``awrap_tool_call`` run each call through the ledger
     (see :class:`ReplaySafeToolCalls` for the arguments)."""
 
-    def __init__(self, ledger: BaseCheckpointer, **options: Unpack[ToolCallsOptions]) -> None:
+    def __init__(self, ledger: LedgerStore, **options: Unpack[ToolCallsOptions]) -> None:
         super().__init__()
         self.calls = ReplaySafeToolCalls(ledger, **options)
 

@@ -2,7 +2,7 @@
 ``wrap_tool_call`` / ``awrap_tool_call`` pair) and :class:`ReplaySafeToolNode` (a ``ToolNode`` that uses it).
 
 LangGraph runs the calls of one ``AIMessage`` concurrently and hands each to the wrapper on its own; the wrapper
-calls the ledger component (:func:`~tenxgraph.core.graph.utils.invoke_node_handler.invoke_tool_call`) with:
+calls the ledger's public entry (:func:`tenxgraph.ledger.invoke_tool_call`) with:
 
 - the key: the persisted ``AIMessage.id`` + ``tool_call_id`` (``add_messages``, which ``MessagesState`` uses, gives
   every message an id when it is stored, so a resume sees the same id). A call without a ``tool_call_id``, or of
@@ -11,7 +11,7 @@ calls the ledger component (:func:`~tenxgraph.core.graph.utils.invoke_node_handl
 - the tool: LangGraph's ``execute(request)``, which validates, injects state and runs the real tool; its
   ``ToolMessage`` (content and status) is recorded as soon as it returns, before its siblings finish (siblings
   that return together are recorded in one write, the group commit of our own tool node: one ``RecordBatch`` per
-  ``AIMessage`` and event loop, alive while a call of it is: :mod:`.siblings`);
+  ``AIMessage`` and event loop, alive while a call of it is: :class:`tenxgraph.ledger.CallGroups`);
 - the effect class, in-doubt policy and ``reconcile`` function of each tool, given by name to the constructor or
   in the tool's ``metadata`` (``{"effect": "read"}``, or the MCP annotations ``langchain-mcp-adapters`` puts there:
   ``{"readOnlyHint": true, ...}``), with the same meaning and checks as ``@tool(...)``; the
@@ -37,15 +37,22 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from tenxgraph.core.graph.utils.invoke_node_handler import invoke_tool_call
-from tenxgraph.core.graph.utils.ledger_record import ToolExecution, result_message_id
-from tenxgraph.core.tools.context import current_tool_call
-from tenxgraph.core.tools.effects import Effect, effect_from_hints
-from tenxgraph.core.tools.tool import Reconcile, Tool, ToolOutput, check_policy
 from tenxgraph.integrations.langgraph.messages import assistant_message, find_call, messages_of
-from tenxgraph.integrations.langgraph.siblings import SiblingGroups
+from tenxgraph.ledger import (
+    CallGroups,
+    Effect,
+    LedgerStore,
+    Reconcile,
+    Tool,
+    ToolExecution,
+    ToolOutput,
+    check_policy,
+    current_tool_call,
+    effect_from_hints,
+    invoke_tool_call,
+    result_message_id,
+)
 from tenxgraph.state.messages import JSON
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.constants import LOGGER_NAME, TOOL_TIMEOUT
 from tenxgraph.utils.errors import ConfigError
 from tenxgraph.utils.sync import run_sync, to_thread
@@ -87,7 +94,7 @@ class ReplaySafeToolCalls:
 
     def __init__(
         self,
-        ledger: BaseCheckpointer,
+        ledger: LedgerStore,
         *,
         tool_timeout: float | None = TOOL_TIMEOUT,
         effects: Mapping[str, str] | None = None,
@@ -95,10 +102,11 @@ class ReplaySafeToolCalls:
         reconcile: Mapping[str, Reconcile] | None = None,
         messages_key: str = "messages",
     ) -> None:
-        if not isinstance(ledger, BaseCheckpointer):
+        if not isinstance(ledger, LedgerStore):
             raise ConfigError(
-                f"ledger={ledger!r} is not a tenxgraph checkpointer: pass SqliteCheckpointer(path), "
-                "PgCheckpointer(...) or InMemoryCheckpointer() (LangGraph's saver stays the graph's checkpointer)"
+                f"ledger={ledger!r} is not a tenxgraph ledger store: pass SqliteCheckpointer(path), "
+                "PgCheckpointer(...), InMemoryCheckpointer() or a store with tenxgraph.ledger.LedgerStore's methods "
+                "(LangGraph's saver stays the graph's checkpointer)"
             )
         self.ledger = ledger
         self.tool_timeout = tool_timeout
@@ -107,7 +115,7 @@ class ReplaySafeToolCalls:
         self.reconcile = dict(reconcile or {})
         self.messages_key = messages_key
         self._durability_warned = False
-        self._siblings = SiblingGroups()  # what each AIMessage's calls under way share (siblings.py)
+        self._groups = CallGroups()  # what each AIMessage's calls under way share (tenxgraph.ledger.CallGroups)
 
     def check(self, tools: Sequence[BaseTool]) -> None:
         """Check every tool's effect class and in-doubt policy now (a ``ConfigError`` naming the tool)."""
@@ -145,7 +153,7 @@ class ReplaySafeToolCalls:
         fresh: list[Result] = []  # what LangGraph's execute returned, when the tool ran here
         tool = self._ledger_tool(request, execute, fresh)
         message = assistant_message(ai)
-        group = self._siblings.join(self.ledger, thread_id, message)
+        group = self._groups.join(self.ledger, thread_id, message)
         try:
             execution = await invoke_tool_call(
                 message, index, {tool.name: tool}, self.ledger, thread_id, tool_timeout=self.tool_timeout,
@@ -154,7 +162,7 @@ class ReplaySafeToolCalls:
         except _Bubble as bubble:  # nothing is recorded: LangGraph runs the tool again when the run resumes
             raise bubble.inner from None
         finally:
-            self._siblings.passed(group)
+            self._groups.passed(group)
         return _answer(execution, call, fresh)
 
     def _check_durability(self, request: ToolCallRequest, thread_id: str) -> None:
@@ -233,7 +241,7 @@ class ReplaySafeToolNode(ToolNode):
         self,
         tools: Sequence[BaseTool | Callable[..., Any]],
         *,
-        ledger: BaseCheckpointer,
+        ledger: LedgerStore,
         effects: Mapping[str, str] | None = None,
         on_in_doubt: Mapping[str, str] | None = None,
         reconcile: Mapping[str, Reconcile] | None = None,

@@ -8,7 +8,7 @@ import json
 import logging
 from collections.abc import Callable
 
-from tenxgraph.core.tools.tool import ToolOutput
+from tenxgraph.ledger import ToolOutput
 from tenxgraph.state.messages import JSON
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.errors import ConfigError

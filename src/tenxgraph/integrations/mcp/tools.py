@@ -22,12 +22,9 @@ from typing import Any
 
 from mcp import types
 
-from tenxgraph.core.crashpoints import crash_point
-from tenxgraph.core.tools.context import ToolCallInfo
-from tenxgraph.core.tools.effects import Effect, effect_from_hints
-from tenxgraph.core.tools.tool import Reconcile, Tool, ToolOutput, check_policy
 from tenxgraph.integrations.mcp.checks import argument_checker, capped, checked_schema, description
 from tenxgraph.integrations.mcp.session import MCPSession
+from tenxgraph.ledger import Effect, Reconcile, Tool, ToolCallInfo, ToolOutput, check_policy, effect_from_hints, probe
 from tenxgraph.state.messages import JSON
 from tenxgraph.utils.errors import ConfigError
 from tenxgraph.utils.sync import run_sync
@@ -104,7 +101,7 @@ def to_tool(session: MCPSession, listed: types.Tool, options: ToolOptions) -> To
         if takes_key:
             arguments[options.key_argument] = info.idempotency_key
         result = await session.acall_tool(listed.name, arguments, {KEY_META: info.idempotency_key})
-        crash_point("tool.in_flight")  # the server did what it did; the call has not returned yet
+        probe.point("tool.in_flight")  # the server did what it did; the call has not returned yet
         return capped(output_of(result), listed.name, session.name)
 
     return Tool(

@@ -13,7 +13,7 @@ import logging
 from tenxgraph.core.graph.utils.instrument import notify
 from tenxgraph.core.graph.utils.ledger_record import RECORD_VERSION, Decision, LedgerCall, error_execution, execution_of
 from tenxgraph.state.messages import JSON
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.storage.ledger_store import LedgerStore
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.errors import IntentWriteError
 from tenxgraph.utils.events import emit_event
@@ -24,7 +24,7 @@ log = logging.getLogger(LOGGER_NAME)
 RUN_AGAIN = Decision()
 
 
-async def write_intent(call: LedgerCall, checkpointer: BaseCheckpointer) -> None:
+async def write_intent(call: LedgerCall, checkpointer: LedgerStore) -> None:
     """Before an opted-in tool runs: a ``started`` record, so a resume can tell the call is in doubt. If it cannot
     be written, the tool does not run (:class:`IntentWriteError` stops the run; the thread stays resumable): run
     without it, and a crash during the call, or a refused record write after it, would go undetected."""

@@ -120,6 +120,13 @@ class BatchTurns:
         self._arrived: set[int] = set()
         self._go: dict[int, asyncio.Future[None]] = {}
         self._released: set[int] = set()
+        #: The order is over (given up or crashed): nothing waits for anything any more.
+        self.ended = False
+
+    @property
+    def complete(self) -> bool:
+        """Every call of the batch has passed (or the order is over)."""
+        return self.ended or all(event.is_set() for event in self.done.values())
 
     async def wait(self, index: int) -> None:
         own = self.group_of[index]
@@ -169,7 +176,6 @@ class HandedOverTurns(BatchTurns):
         self.patience = patience
         self.started = {index: asyncio.Event() for index in self.group_of}
         self.crash: BaseException | None = None
-        self.ended = False
 
     def start(self, index: int) -> None:
         if index in self.started:
@@ -191,11 +197,6 @@ class HandedOverTurns(BatchTurns):
         if not self.ended:  # (else nothing is held any more)
             await go
         self._over()
-
-    @property
-    def complete(self) -> bool:
-        """Every call of the batch has passed (or the order is over)."""
-        return self.ended or all(event.is_set() for event in self.done.values())
 
     def abandon(self, crash: BaseException) -> None:
         """A call crashed: every call still waiting for its turn raises *crash* (and the order is over: a resume

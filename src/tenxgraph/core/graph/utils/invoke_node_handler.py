@@ -58,7 +58,7 @@ from tenxgraph.core.tools.observe import RunObserver
 from tenxgraph.core.tools.tool import Tool, ToolArgumentError, ToolOutput
 from tenxgraph.core.tools.tracing import add_event
 from tenxgraph.state.messages import JSON, Message
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.storage.ledger_store import LedgerStore
 from tenxgraph.utils.constants import LOGGER_NAME, TOOL_TIMEOUT
 from tenxgraph.utils.errors import (
     LedgerReadError,
@@ -92,7 +92,7 @@ class Batch:
     (given by the caller), the tools' timeout, the group commit of parallel calls (``records``) and, under a test
     harness, their completion order (``turns``)."""
 
-    checkpointer: BaseCheckpointer
+    checkpointer: LedgerStore
     thread_id: str
     tool_timeout: float | None
     #: The names of the tools the model could call (for the error of an unknown one).
@@ -167,7 +167,7 @@ def ledger_calls(
 async def invoke_tool_calls(
     message: Message,
     tools: Mapping[str, Tool],
-    checkpointer: BaseCheckpointer,
+    checkpointer: LedgerStore,
     thread_id: str,
     *,
     tool_timeout: float | None = TOOL_TIMEOUT,
@@ -236,7 +236,7 @@ async def invoke_tool_call(
     message: Message,
     index: int,
     tools: Mapping[str, Tool],
-    checkpointer: BaseCheckpointer,
+    checkpointer: LedgerStore,
     thread_id: str,
     *,
     tool_timeout: float | None = TOOL_TIMEOUT,

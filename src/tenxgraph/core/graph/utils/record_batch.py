@@ -4,7 +4,7 @@ in one durable write (one transaction, one commit), and a call that returns alon
 The first record to arrive is written by the call that brought it, after one turn of the event loop (so that
 siblings which returned at the same moment, and are ready to run, join it). Records that arrive while that write
 is in flight wait; when it is done, the first of them writes, after one turn of the loop, all that are waiting
-then, in one :meth:`BaseCheckpointer.aput_tool_results`. (A backend whose writes block the loop, as SQLite's do,
+then, in one :meth:`LedgerStore.aput_tool_results`. (A backend whose writes block the loop, as SQLite's do,
 gets its siblings' records only in that turn: their calls returned during the write but could not run.) Each call
 still goes on only once its own record is durable (or its write failed, which it logs as before: the
 failed-record-write gap). A crash stops the writer and its group alike.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from tenxgraph.state.messages import JSON
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.storage.ledger_store import LedgerStore
 from tenxgraph.utils.errors import SerializationError
 
 T = TypeVar("T")
@@ -35,7 +35,7 @@ class _Waiting:
 class RecordBatch:
     """The records of one tool node's calls (distinct keys), written in groups."""
 
-    def __init__(self, checkpointer: BaseCheckpointer, thread_id: str) -> None:
+    def __init__(self, checkpointer: LedgerStore, thread_id: str) -> None:
         self.checkpointer = checkpointer
         self.thread_id = thread_id
         self._waiting: list[_Waiting] = []
@@ -74,7 +74,7 @@ class RecordBatch:
             if not isinstance(results, list) or len(results) != len(group):  # (else its siblings would wait forever)
                 raise TypeError(
                     f"{type(self.checkpointer).__name__}.aput_tool_results answered {results!r} for {len(group)} "
-                    "records: it must return one outcome per record (see BaseCheckpointer.aput_tool_results)"
+                    "records: it must return one outcome per record (see LedgerStore.aput_tool_results)"
                 )
         except Exception as exc:
             for w in group:

@@ -1,7 +1,7 @@
 """Transactional tools (``@tool(effect="transactional")``): the tool's writes to the checkpointer's database and
 its ledger record commit in one transaction, so a crash anywhere before the commit leaves neither and the
 resumed call makes them once: exactly once, at every crash point. The checkpointer runs the transaction
-(:meth:`BaseCheckpointer.atransact`); this module is the call's side of it. Called by the ledger
+(:meth:`LedgerStore.atransact`); this module is the call's side of it. Called by the ledger
 (:mod:`.invoke_node_handler`); an error result it does not commit itself goes back to the ledger to record."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tenxgraph.core.graph.utils.ledger_record import (
 )
 from tenxgraph.core.tools.tool import TX_PARAM
 from tenxgraph.state.messages import JSON
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.storage.ledger_store import LedgerStore
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.errors import SerializationError, ToolTimeoutError
 
@@ -36,7 +36,7 @@ class _ToolRaised(Exception):
 
 
 async def run_transactional(
-    call: LedgerCall, args: dict[str, JSON], checkpointer: BaseCheckpointer, timeout: float | None
+    call: LedgerCall, args: dict[str, JSON], checkpointer: LedgerStore, timeout: float | None
 ) -> Decision:
     """Run *call*'s tool inside the transaction of its record; the execution to answer with (recorded already when
     the transaction committed; ``record`` set for an error result the ledger is to record)."""
