@@ -449,3 +449,35 @@ def test_grid_rows_follow_firing_order_and_inapplicable_columns_are_left_out() -
     assert rows == ["run", "run.before_node", "run.after_advance", "tool", "tool.after_record"]  # grouped
     assert lines[0].split() == ["memory", "sqlite"] and lines[1].split() == ["proc", "kill"]  # no memory/kill
     assert any(line.startswith("not applicable, left out: memory/sigkill") for line in lines)
+
+
+SEEN = """
+import json
+import pytest
+from agent_helpers import make_agent, MSG
+from tenxgraph import Reply
+
+CALLS = [Reply(tool_calls=[("refund_order", {"order_id": "1"}), ("refund_order", {"order_id": "2"})]), "done"]
+
+@pytest.mark.crash_matrix(points=["tool.after_record"])
+def test_refund(crash_run):
+    crash_run.invoke(make_agent(crash_run.checkpointer, calls=list(CALLS)), MSG)
+    seen = [crash_run.hit, crash_run.order, crash_run.cell.point, crash_run.cell.backend, crash_run.seed]
+    with open("seen.jsonl", "a") as out:
+        out.write(json.dumps(seen) + "\\n")
+"""
+
+
+def test_a_test_body_reads_the_hit_and_order_it_plays(pytester: pytest.Pytester) -> None:
+    """``crash_run.hit``, ``.order``, ``.cell`` and ``.seed`` (public since the first release) say what each
+    execution of the body plays: every hit of the point, with its completion orders, under the seed given."""
+    write(pytester, SEEN)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=memory", "--crash-modes=inprocess",
+        "--crash-seed=7",
+    )  # fmt: skip
+    assert result.ret == 0 and "failed" not in result.parseoutcomes()  # (a known gap's cell is an xfail)
+    seen = [json.loads(line) for line in (pytester.path / "seen.jsonl").read_text().splitlines()]
+    assert {hit for hit, *_ in seen} == {1, 2}  # two records: the crash at the first, then at the second
+    assert len({order for _, order, *_ in seen}) > 1  # two parallel calls: more than one completion order
+    assert {(point, backend, seed) for _, _, point, backend, seed in seen} == {("tool.after_record", "memory", 7)}

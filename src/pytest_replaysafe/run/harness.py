@@ -1,5 +1,6 @@
 """CrashRun, the ``crash_run`` fixture: the test author's API. Drive the agent through it (``invoke``, ``ainvoke``,
-``stream``, ``conversation``) and read what ran (``executions``, ``entries``, ``thread_id``, ``checkpointer``);
+``stream``, ``conversation``) and read what ran (``executions``, ``entries``, ``thread_id``, ``checkpointer``)
+and what this execution plays (``hit``, ``order``, ``cell``, ``seed``);
 the cell's crashes, resumes and verdicts are the plugin's, in :class:`~.driver.CellDriver`.
 
 The test body runs once per hit (the plugin calls it again for each): in each execution ``crash_run.invoke``
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_replaysafe.judge.evidence import Entry
+from pytest_replaysafe.matrix.cells import Cell
 from pytest_replaysafe.run.approvals import Approvals
 from pytest_replaysafe.run.driver import CellDriver, CellPlan, ReplaySafetyViolation
 from pytest_replaysafe.run.effects import Effects
@@ -56,6 +58,28 @@ class CrashRun:
     def thread_id(self) -> str:
         """This execution's thread: the hit's (crashed and resumed), or the clean run's."""
         return self.driver.thread_id
+
+    # -- what this execution plays (public since the first release; read-only) ------------------------------------
+    @property
+    def hit(self) -> int:
+        """The hit this execution of the body crashes at (1 in a clean run): the *hit*-th arrival at the cell's
+        point, as in the cell's id and repro line."""
+        return self.driver.hit
+
+    @property
+    def order(self) -> int:
+        """This execution's completion order (0: the calls' own order; see ``--crash-orders``)."""
+        return self.driver.order
+
+    @property
+    def cell(self) -> Cell | None:
+        """The matrix cell (point, hit range, backend, mode), or None in a plain run."""
+        return self.driver.cell
+
+    @property
+    def seed(self) -> int:
+        """The matrix's seed (``--crash-seed``)."""
+        return self.driver.seed
 
     def invoke(
         self, app: CompiledGraph[Any] | Any, input: Mapping[str, Any], config: Mapping[str, Any] | None = None

@@ -41,6 +41,7 @@ from pytest_replaysafe.run.witness import langgraph_declarations
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.results import RunResult
 from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call, running_call
+from tenxgraph.integrations.langgraph.resuming import resume_input
 from tenxgraph.state.state import AgentState
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
@@ -327,10 +328,8 @@ class LangGraphApp:
     def run(self, input: Mapping[str, Any] | None, thread: str, config: Mapping[str, Any], stream: bool) -> Any:
         """Start the run (*input*), or resume the thread (None), as a LangGraph user would."""
         cfg = self._config(thread, config)
-        if input is None and self.app.get_state(cfg).created_at is None:
-            input = self.input  # the crash came before the first checkpoint was saved: send the input again
-        # (else invoke(None): LangGraph goes on from the last checkpoint and its saved writes; on a finished
-        # thread it does nothing)
+        if input is None:  # a resume, the user's way: invoke(None), or the input again if nothing was saved
+            input = resume_input(self.app, self.input, cfg)
         kw = {"durability": self.durability} if self.durability else {}
         if stream:
             for _ in self.app.stream(input, cfg, stream_mode="values", **kw):

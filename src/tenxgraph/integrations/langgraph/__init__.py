@@ -8,6 +8,8 @@
 - :class:`ReplaySafeMiddleware`: the same as middleware for ``langchain``'s ``create_agent`` (needs ``langchain``).
 - :func:`current_idempotency_key`: in a tool's body, the call's idempotency key (pass it to your provider).
 - :func:`to_messages`: a LangGraph conversation as tenxgraph :class:`~tenxgraph.Message` objects.
+- :func:`resume` / :func:`aresume`: resume a thread after a crash, whenever it came (``invoke(None)``, or the
+  input again if no checkpoint was saved yet).
 
 See docs/langgraph.md. Importing this package needs no LangGraph; its names import it on first use.
 """
@@ -19,13 +21,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tenxgraph.integrations.langgraph.messages import to_messages
     from tenxgraph.integrations.langgraph.middleware import ReplaySafeMiddleware
+    from tenxgraph.integrations.langgraph.resuming import aresume, resume
     from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls, ReplaySafeToolNode, current_idempotency_key
 
 __all__ = [
     "ReplaySafeMiddleware",
     "ReplaySafeToolCalls",
     "ReplaySafeToolNode",
+    "aresume",
     "current_idempotency_key",
+    "resume",
     "to_messages",
 ]
 
@@ -35,6 +40,8 @@ _WHERE = {
     "ReplaySafeToolNode": "tenxgraph.integrations.langgraph.tools",
     "to_messages": "tenxgraph.integrations.langgraph.messages",
     "current_idempotency_key": "tenxgraph.integrations.langgraph.tools",
+    "resume": "tenxgraph.integrations.langgraph.resuming",
+    "aresume": "tenxgraph.integrations.langgraph.resuming",
 }
 EXTRA_HINT = "install the extra: pip install 'tenxgraph[langgraph]' (LangGraph >= 1.0 and langchain-core)"
 
