@@ -2,9 +2,10 @@
 ``put`` / ``put_writes``), the watcher of tool calls no ledger guards (a bare ``ToolNode``), and how a run is
 started, resumed and read back. LangGraph is imported only when a test drives a LangGraph app.
 
-- :class:`CrashPointSaver` wraps the cell's real saver (``InMemorySaver``, ``SqliteSaver``, ``PostgresSaver``, one
-  per process: a forked child opens its own connection) and fires ``langgraph.after_put_writes`` once a task's
-  writes are saved, ``langgraph.before_put`` before a step's checkpoint is saved and ``langgraph.after_put`` after.
+- :func:`crash_point_saver`: the public ``CrashPointSaver`` (``tenxgraph.integrations.langgraph.saver``) around the
+  cell's real saver (``InMemorySaver``, ``SqliteSaver``, ``PostgresSaver``, one per process: a forked child opens
+  its own connection); it fires ``langgraph.after_put_writes`` once a task's writes are saved,
+  ``langgraph.before_put`` before a step's checkpoint is saved and ``langgraph.after_put`` after.
 - :class:`ToolWatch`, a LangChain callback handler the harness passes with each run: a tool call that runs outside
   our ledger (LangGraph's own ``ToolNode``) is logged as it starts and returns, as unrecorded, with the harness's
   call identity (its ``AIMessage`` and index), and fires ``tool.before_invoke`` / ``tool.after_return`` around it.
@@ -20,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,60 +114,45 @@ def saver_factory(ledger: BaseCheckpointer, workdir: Path) -> Callable[[], tuple
 
 
 def crash_point_saver(factory: Callable[[], tuple[BaseCheckpointSaver[Any], Any]]) -> BaseCheckpointSaver[Any]:
-    """The saver a LangGraph app under the matrix is compiled with (see :class:`CrashPointSaver`)."""
+    """The saver a LangGraph app under the matrix is compiled with: the public
+    :class:`~tenxgraph.integrations.langgraph.saver.CrashPointSaver` (which fires the ``langgraph.*`` points) around
+    this process's own saver, opened by *factory* (a forked child opens its own connection)."""
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    class CrashPointSaver(BaseCheckpointSaver):  # type: ignore[type-arg]
-        """Delegates to the real saver of this process, with crash points around ``put`` and ``put_writes``.
-        Async methods run the sync ones in a thread (the SQLite and PostgreSQL savers here are sync)."""
+    from tenxgraph.integrations.langgraph.saver import CrashPointSaver
+
+    class PerProcessSaver(CrashPointSaver):
+        """Writes nothing once a crash fired in this process; async methods run the sync ones in a thread (the
+        SQLite and PostgreSQL savers here are sync)."""
 
         def __init__(self) -> None:
-            super().__init__()
             self._pid = -1
-            self._inner: BaseCheckpointSaver[Any] | None = None
-            self._closers: list[Any] = []
+            self._closers: list[tuple[int, Any]] = []
             self._lock = threading.Lock()
+            BaseCheckpointSaver.__init__(self)  # (the saver is opened on first use, by the process that uses it)
 
         @property
         def inner(self) -> BaseCheckpointSaver[Any]:
             with self._lock:
-                if self._inner is None or self._pid != os.getpid():  # a forked child opens its own connection
-                    self._inner, closer = factory()
+                if self._pid != os.getpid():
+                    self._saver, closer = factory()
                     self._pid = os.getpid()
                     self._closers.append((self._pid, closer))
-                    self.serde = self._inner.serde
-                return self._inner
+                    self.serde = self._saver.serde
+                return self._saver
+
+        def writing(self) -> None:
+            _alive()
+
+        def with_allowlist(self, extra_allowlist: Any) -> BaseCheckpointSaver[Any]:
+            return self  # (each process's saver is opened by the factory, with LangGraph's default serde)
 
         def close(self) -> None:
             for pid, closer in self._closers:
                 if closer is not None and pid == os.getpid():
                     closer.close()
             self._closers.clear()
-            self._inner = None
-
-        def get_tuple(self, config: Any) -> Any:
-            return self.inner.get_tuple(config)
-
-        def list(self, config: Any, **kw: Any) -> Iterator[Any]:
-            return self.inner.list(config, **kw)
-
-        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-            _alive()
-            crash_point("langgraph.before_put")
-            saved = self.inner.put(config, checkpoint, metadata, new_versions)
-            crash_point("langgraph.after_put")
-            return saved
-
-        def put_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-            _alive()
-            self.inner.put_writes(config, writes, task_id, task_path)
-            crash_point("langgraph.after_put_writes")
-
-        def delete_thread(self, thread_id: str) -> None:
-            self.inner.delete_thread(thread_id)
-
-        def get_next_version(self, current: Any, channel: None) -> Any:
-            return self.inner.get_next_version(current, channel)
+            self._pid = -1
 
         async def aget_tuple(self, config: Any) -> Any:
             return await _in_thread(self.get_tuple, config)
@@ -186,7 +172,7 @@ def crash_point_saver(factory: Callable[[], tuple[BaseCheckpointSaver[Any], Any]
         async def adelete_thread(self, thread_id: str) -> None:
             await _in_thread(self.delete_thread, thread_id)
 
-    return CrashPointSaver()
+    return PerProcessSaver()
 
 
 def _alive() -> None:

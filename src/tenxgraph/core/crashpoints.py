@@ -82,7 +82,8 @@ class CrashPoint:
 
 _HANDLER = "tenxgraph.core.graph.utils.invoke_node_handler"
 _TRANSACTIONAL = ("tenxgraph.core.graph.utils.transactional",)
-_LANGGRAPH = "pytest_replaysafe.run.langgraph_app"  # a transactional tool's call: inside its transaction
+_LANGGRAPH = "pytest_replaysafe.run.langgraph_app"  # the watcher of a bare ToolNode's calls
+_LANGGRAPH_SAVER = "tenxgraph.integrations.langgraph.saver"  # CrashPointSaver, around a LangGraph saver
 #: Every built-in point, in the order the points fire in a run.
 POINTS: tuple[CrashPoint, ...] = (
     CrashPoint(
@@ -142,17 +143,17 @@ POINTS: tuple[CrashPoint, ...] = (
         "a Resume's decisions are recorded in the ledger; the run has not gone on",
         "tenxgraph.core.graph.pauses",
     ),
-    # A LangGraph app under the crash matrix: its saver's writes (fired by the harness's saver wrapper).
+    # A LangGraph app: its saver's writes (fired by the public saver wrapper the harness compiles apps with).
     CrashPoint(
         "langgraph.after_put_writes",
         "crash",
         "LangGraph saved a task's writes; the step's checkpoint is not saved yet",
-        _LANGGRAPH,
+        _LANGGRAPH_SAVER,
     ),
     CrashPoint(
-        "langgraph.before_put", "crash", "a LangGraph step is done; its checkpoint is not saved yet", _LANGGRAPH
+        "langgraph.before_put", "crash", "a LangGraph step is done; its checkpoint is not saved yet", _LANGGRAPH_SAVER
     ),
-    CrashPoint("langgraph.after_put", "crash", "LangGraph saved a step's checkpoint", _LANGGRAPH),
+    CrashPoint("langgraph.after_put", "crash", "LangGraph saved a step's checkpoint", _LANGGRAPH_SAVER),
 )
 #: The points of a LangGraph app (``@pytest.mark.crash_matrix(framework="langgraph")``): LangGraph's step
 #: boundaries, and those around each tool call that a LangGraph tool node reaches (the watcher of a bare

@@ -10,6 +10,7 @@
 - :func:`to_messages`: a LangGraph conversation as tenxgraph :class:`~tenxgraph.Message` objects.
 - :func:`resume` / :func:`aresume`: resume a thread after a crash, whenever it came (``invoke(None)``, or the
   input again if no checkpoint was saved yet).
+- :class:`CrashPointSaver`: wraps a LangGraph saver so that the ``langgraph.*`` crash points fire in a test.
 
 See docs/langgraph.md. Importing this package needs no LangGraph; its names import it on first use.
 """
@@ -22,9 +23,11 @@ if TYPE_CHECKING:
     from tenxgraph.integrations.langgraph.messages import to_messages
     from tenxgraph.integrations.langgraph.middleware import ReplaySafeMiddleware
     from tenxgraph.integrations.langgraph.resuming import aresume, resume
+    from tenxgraph.integrations.langgraph.saver import CrashPointSaver
     from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls, ReplaySafeToolNode, current_idempotency_key
 
 __all__ = [
+    "CrashPointSaver",
     "ReplaySafeMiddleware",
     "ReplaySafeToolCalls",
     "ReplaySafeToolNode",
@@ -35,6 +38,7 @@ __all__ = [
 ]
 
 _WHERE = {
+    "CrashPointSaver": "tenxgraph.integrations.langgraph.saver",
     "ReplaySafeMiddleware": "tenxgraph.integrations.langgraph.middleware",
     "ReplaySafeToolCalls": "tenxgraph.integrations.langgraph.tools",
     "ReplaySafeToolNode": "tenxgraph.integrations.langgraph.tools",
