@@ -53,13 +53,16 @@ def check_depth2(report: Path) -> list[str]:
 
 
 LANGGRAPH_DOC = DOC.parent / "langgraph.md"
-LG_ROW = re.compile(r"^\| `(?P<point>[a-z_.]+)` \| (?P<cells>\d+ / \d+) \| (?P<bare>[^|]+) \| (?P<safe>[^|]+) \|", re.M)
+LG_ROW = re.compile(
+    r"^\| `(?P<point>[a-z_.]+)` \| (?P<cells>\d+ / \d+) \| (?P<bare>[^|]+) \| (?P<safe>[^|]+) \| (?P<tx>[^|]+) \|", re.M
+)
 
 
-def langgraph_rows(report: Path) -> dict[str, tuple[str, str, str]]:
+def langgraph_rows(report: Path) -> dict[str, tuple[str, str, str, str]]:
     """Per point, over the in-process cells of examples/langgraph_support: the cells of each variant (``bare /
     ReplaySafeToolNode``: the latter runs each hit in two completion orders of its parallel calls), what the bare
-    ToolNode showed (violations, vacuous) and what ReplaySafeToolNode showed (violations, known gaps)."""
+    ToolNode showed (violations, vacuous), what ReplaySafeToolNode showed (violations, known gaps), and in how
+    many cells of the transactional refund (``test_transactional_refund``) the refund was made exactly once."""
     cells = [c for c in json.loads(report.read_text())["cells"] if c["mode"] == "inprocess"]
     rows = {}
     for point in LANGGRAPH_POINTS:
@@ -72,7 +75,10 @@ def langgraph_rows(report: Path) -> dict[str, tuple[str, str, str]]:
         vacuous = count(bare, "vacuous")
         shown = "never reached: nothing records" if vacuous else f"{count(bare, 'violation')} violations"
         violations, gaps = count(safe, "violation"), count(safe, "known_gap")
-        rows[point] = (f"{len(bare)} / {len(safe)}", shown, f"{violations} violations, {gaps} gaps")
+        tx = [c for c in cells if c["point"] == point and "test_transactional_refund" in c["test"]]
+        once = sum(1 for c in tx if c["outcome"] != "violation" and c["effects_applied"].get("refund") == 1)
+        made = f"once in {once} of {len(tx)} cells"
+        rows[point] = (f"{len(bare)} / {len(safe)}", shown, f"{violations} violations, {gaps} gaps", made)
     return rows
 
 
@@ -94,7 +100,7 @@ def check_langgraph(report: Path) -> list[str]:
     hits show one depends on which sibling threads had finished: a count may move by one)."""
     shown = {m["point"]: m for m in LG_ROW.finditer(LANGGRAPH_DOC.read_text())}
     problems = []
-    for point, (cells, bare, safe) in langgraph_rows(report).items():
+    for point, (cells, bare, safe, made) in langgraph_rows(report).items():
         row = shown.get(point)
         if row is None:
             problems.append(f"no row for {point}")
@@ -107,6 +113,12 @@ def check_langgraph(report: Path) -> list[str]:
             problems.append(f"{point}: ReplaySafeToolNode shows {safe!r}")
         if not row["safe"].strip().startswith("0 violations"):
             problems.append(f"{point}: the docs say ReplaySafeToolNode shows {row['safe'].strip()!r}")
+        once, _, total = made.removeprefix("once in ").removesuffix(" cells").partition(" of ")
+        if once != total or total == "0":
+            problems.append(f"{point}: the transactional refund was made once in {once} of {total} cells")
+        if row["tx"].strip() != made:
+            said = row["tx"].strip()
+            problems.append(f"{point}: the docs say the transactional refund was made {said!r}, now {made!r}")
     return problems
 
 
@@ -160,8 +172,8 @@ def main(argv: list[str]) -> int:
         return 1 if problems else 0
     if len(argv) >= 3 and argv[1] == "langgraph":
         if argv[3:] == ["--table"]:
-            for point, (cells, bare, safe) in langgraph_rows(Path(argv[2])).items():
-                print(f"| `{point}` | {cells} | {bare} | {safe} |")
+            for point, (cells, bare, safe, made) in langgraph_rows(Path(argv[2])).items():
+                print(f"| `{point}` | {cells} | {bare} | {safe} | {made} |")
             return 0
         problems = check_langgraph(Path(argv[2]))
         for p in problems:

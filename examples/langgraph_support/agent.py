@@ -3,12 +3,15 @@
 for a receipt.
 
 ``build_agent(saver, provider)`` is the agent with a bare ``ToolNode``; ``build_agent(saver, provider,
-ledger=checkpointer)`` the same agent with ``ReplaySafeToolNode``, which records each call as it returns. The model
+ledger=checkpointer)`` the same agent with ``ReplaySafeToolNode``, which records each call as it returns; with
+``book_refund=`` its refund is a write to the ledger's own database, declared ``effect="transactional"``: the write
+and the call's record commit in one transaction (``current_transaction()``). The model
 is a node that answers from the conversation so far, as a scripted chat model would (no API key, the same reply in
 every process)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from langchain_core.messages import AIMessage
@@ -18,22 +21,28 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from examples.payments import LocalProvider, Provider
-from tenxgraph.integrations.langgraph import ReplaySafeToolNode, current_idempotency_key
+from tenxgraph.integrations.langgraph import ReplaySafeToolNode, current_idempotency_key, current_transaction
 from tenxgraph.storage.checkpointer import BaseCheckpointer
 
 FINAL = "Refunded, emailed, and opened a ticket."
 
 
-def make_tools(provider: Provider) -> list[BaseTool]:
+#: A refund booked in the ledger's database: ``book(transaction, payload)``, the effect's id.
+BookRefund = Callable[[Any, dict[str, Any]], object]
+
+
+def make_tools(provider: Provider, book_refund: BookRefund | None = None) -> list[BaseTool]:
     """The tools pass the provider the call's idempotency key: ReplaySafeToolNode's (the same on every replay);
-    under a bare ToolNode there is none (None)."""
+    under a bare ToolNode there is none (None). With *book_refund*, the refund is written in the call's
+    transaction instead."""
 
     @tool
     def refund_order(order_id: str, amount: float) -> str:
         """Refund an amount on an order."""
-        return str(
-            provider.apply("refund", {"order": order_id, "amount": amount}, current_idempotency_key())["effect_id"]
-        )
+        payload = {"order": order_id, "amount": amount}
+        if book_refund is not None:  # the row commits with the call's ledger record, or not at all
+            return str(book_refund(current_transaction(), payload))
+        return str(provider.apply("refund", payload, current_idempotency_key())["effect_id"])
 
     @tool
     def send_email(to: str, subject: str) -> str:
@@ -72,11 +81,16 @@ def model(state: MessagesState) -> dict[str, Any]:
 
 
 def build_agent(
-    saver: BaseCheckpointSaver[Any] | None, provider: Provider | None = None, ledger: BaseCheckpointer | None = None
+    saver: BaseCheckpointSaver[Any] | None,
+    provider: Provider | None = None,
+    ledger: BaseCheckpointer | None = None,
+    book_refund: BookRefund | None = None,
 ) -> Any:
-    """The agent over LangGraph's *saver*; with *ledger*, its tools go through ReplaySafeToolNode."""
-    tools = make_tools(provider or LocalProvider())
-    node = ToolNode(tools) if ledger is None else ReplaySafeToolNode(tools, ledger=ledger)
+    """The agent over LangGraph's *saver*; with *ledger*, its tools go through ReplaySafeToolNode; with
+    *book_refund* (and a SQLite or PostgreSQL *ledger*), its refund is transactional."""
+    tools = make_tools(provider or LocalProvider(), book_refund)
+    effects = {"refund_order": "transactional"} if book_refund is not None else None
+    node = ToolNode(tools) if ledger is None else ReplaySafeToolNode(tools, ledger=ledger, effects=effects)
     graph = StateGraph(MessagesState)
     graph.add_node("agent", model)
     graph.add_node("tools", node)

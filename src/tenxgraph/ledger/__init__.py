@@ -21,7 +21,9 @@ What a tool says, on :class:`Tool`: its :class:`Effect` (``read``, ``idempotent`
 resume: ``retry``, ``fail`` or ``reconcile`` with a :data:`Reconcile` function), and whether a person approves
 it first (``approval``; a call that waits raises :class:`GraphInterrupt`, answered through :class:`Pauses`). In
 the tool's body, :func:`current_tool_call` is the call (its ``idempotency_key``: the same on every replay, for
-the provider).
+the provider). A transactional tool's writes commit with its record: it takes the transaction as its
+``TX_PARAM`` parameter, or, run by a framework that passes it none, reads it with :func:`current_transaction`
+inside :func:`in_transaction`, which the integration sets.
 
 Where records live: any :class:`LedgerStore` (``InMemoryCheckpointer``, ``SqliteCheckpointer``,
 ``PgCheckpointer``, or a store of your own with those six methods). :data:`probe` is the one object through
@@ -39,15 +41,22 @@ from tenxgraph.core.graph.utils.invoke_node_handler import (
 from tenxgraph.core.graph.utils.ledger_record import ToolExecution, result_message_id
 from tenxgraph.core.graph.utils.probe import Probe, probe
 from tenxgraph.core.graph.utils.record_batch import RecordBatch
-from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call
+from tenxgraph.core.tools.context import (
+    ToolCallInfo,
+    Transaction,
+    current_tool_call,
+    current_transaction,
+    in_transaction,
+)
 from tenxgraph.core.tools.effects import Effect, effect_from_hints
 from tenxgraph.core.tools.interrupts import GraphInterrupt, Interrupt, Pauses, Resume
-from tenxgraph.core.tools.tool import Reconcile, Tool, ToolArgumentError, ToolOutput, check_policy
+from tenxgraph.core.tools.tool import TX_PARAM, Reconcile, Tool, ToolArgumentError, ToolOutput, check_policy
 from tenxgraph.storage.ledger_store import LEDGER_METHODS, LedgerStore
 
 __all__ = [
     "LEDGER_METHODS",
     "TURN_PATIENCE_S",
+    "TX_PARAM",
     "CallGroup",
     "CallGroups",
     "Effect",
@@ -64,10 +73,13 @@ __all__ = [
     "ToolCallInfo",
     "ToolExecution",
     "ToolOutput",
+    "Transaction",
     "call_keys",
     "check_policy",
     "current_tool_call",
+    "current_transaction",
     "effect_from_hints",
+    "in_transaction",
     "invoke_tool_call",
     "invoke_tool_calls",
     "ledger_key",

@@ -8,11 +8,13 @@ body) can ask where it runs without every signature carrying it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from tenxgraph.core.tools.config import RunConfig
 from tenxgraph.core.tools.interrupts import QUESTION, Interrupt, Pauses, call_interrupt_id, node_interrupt_id
@@ -73,11 +75,22 @@ ToolContext = ToolCallInfo
 
 
 @dataclass(frozen=True, slots=True)
+class Transaction:
+    """The open transaction a transactional tool's body writes through, when the tool cannot take it as a
+    parameter (a framework's tool, such as LangGraph's): the ledger's *connection* (``sqlite3.Connection``, or
+    ``psycopg.AsyncConnection`` running on *loop*)."""
+
+    connection: Any
+    loop: asyncio.AbstractEventLoop | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Scope:
     """Where the code running in this context is: a node of a run, and maybe one of its tool calls."""
 
     run: RunContext | None = None
     call: ToolCallInfo | None = None
+    transaction: Transaction | None = None
 
 
 _scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("tenxgraph_scope", default=None)
@@ -113,6 +126,24 @@ def running_call(info: ToolCallInfo) -> Iterator[None]:
         yield
     finally:
         _scope.reset(token)
+
+
+@contextlib.contextmanager
+def in_transaction(transaction: Transaction) -> Iterator[None]:
+    """The scope of a transactional tool's body that reaches its transaction through :func:`current_transaction`
+    (set by an integration around the framework's own call of the tool)."""
+    scope = _scope.get() or Scope()
+    token = _scope.set(Scope(scope.run, scope.call, transaction))
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+def current_transaction() -> Transaction | None:
+    """Inside a transactional tool's body run by an integration: its transaction (else None)."""
+    scope = _scope.get()
+    return scope.transaction if scope is not None else None
 
 
 def interrupt(value: JSON = None) -> JSON:

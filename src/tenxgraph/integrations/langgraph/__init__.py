@@ -10,6 +10,8 @@
 - :func:`to_messages`: a LangGraph conversation as tenxgraph :class:`~tenxgraph.Message` objects.
 - :func:`resume` / :func:`aresume`: resume a thread after a crash, whenever it came (``invoke(None)``, or the
   input again if no checkpoint was saved yet).
+- :func:`current_transaction`: in a transactional tool's body (``effect="transactional"``), the ledger's
+  transaction its writes commit in, with the call's record.
 - :class:`CrashPointSaver`: wraps a LangGraph saver so that the ``langgraph.*`` crash points fire in a test.
 
 See docs/langgraph.md. Importing this package needs no LangGraph; its names import it on first use.
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from tenxgraph.integrations.langgraph.resuming import aresume, resume
     from tenxgraph.integrations.langgraph.saver import CrashPointSaver
     from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls, ReplaySafeToolNode, current_idempotency_key
+    from tenxgraph.integrations.langgraph.transaction import current_transaction
 
 __all__ = [
     "CrashPointSaver",
@@ -33,6 +36,7 @@ __all__ = [
     "ReplaySafeToolNode",
     "aresume",
     "current_idempotency_key",
+    "current_transaction",
     "resume",
     "to_messages",
 ]
@@ -44,6 +48,7 @@ _WHERE = {
     "ReplaySafeToolNode": "tenxgraph.integrations.langgraph.tools",
     "to_messages": "tenxgraph.integrations.langgraph.messages",
     "current_idempotency_key": "tenxgraph.integrations.langgraph.tools",
+    "current_transaction": "tenxgraph.integrations.langgraph.transaction",
     "resume": "tenxgraph.integrations.langgraph.resuming",
     "aresume": "tenxgraph.integrations.langgraph.resuming",
 }

@@ -25,6 +25,7 @@ call is answered with an error naming it, recorded, and never runs again; see do
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ from langgraph.types import Command
 
 from tenxgraph.integrations.langgraph.messages import assistant_message, find_call, messages_of
 from tenxgraph.ledger import (
+    TX_PARAM,
     CallGroups,
     Effect,
     LedgerStore,
@@ -46,9 +48,11 @@ from tenxgraph.ledger import (
     Tool,
     ToolExecution,
     ToolOutput,
+    Transaction,
     check_policy,
     current_tool_call,
     effect_from_hints,
+    in_transaction,
     invoke_tool_call,
     result_message_id,
 )
@@ -129,14 +133,18 @@ class ReplaySafeToolCalls:
         async def run(req: ToolCallRequest) -> Result:
             return await to_thread(execute, req)
 
-        return run_sync(self._through_ledger(request, run))
+        return run_sync(self._through_ledger(request, run, execute))
 
     async def awrap_tool_call(self, request: ToolCallRequest, execute: AsyncExecute) -> Result:
         """``ToolNode(awrap_tool_call=...)``: the same, for ``ainvoke`` / ``astream``."""
         return await self._through_ledger(request, execute)
 
     # -- one call ------------------------------------------------------------------------------------------
-    async def _through_ledger(self, request: ToolCallRequest, execute: AsyncExecute) -> Result:
+    async def _through_ledger(
+        self, request: ToolCallRequest, execute: AsyncExecute, sync_execute: Execute | None = None
+    ) -> Result:
+        """*sync_execute*: LangGraph's own ``execute`` in a sync graph (a transactional tool on SQLite runs it in
+        the thread that holds its transaction)."""
         call = request.tool_call
         thread_id = _thread_of(request)
         found = find_call(messages_of(request.state, self.messages_key), call.get("id"))
@@ -151,7 +159,7 @@ class ReplaySafeToolCalls:
         ai, index = found
         self._check_durability(request, thread_id)
         fresh: list[Result] = []  # what LangGraph's execute returned, when the tool ran here
-        tool = self._ledger_tool(request, execute, fresh)
+        tool = self._ledger_tool(request, execute, sync_execute, fresh)
         message = assistant_message(ai)
         group = self._groups.join(self.ledger, thread_id, message)
         try:
@@ -183,17 +191,16 @@ class ReplaySafeToolCalls:
                 durability, thread_id,
             )  # fmt: skip
 
-    def _ledger_tool(self, request: ToolCallRequest, execute: AsyncExecute, fresh: list[Result]) -> Tool:
+    def _ledger_tool(
+        self, request: ToolCallRequest, execute: AsyncExecute, sync_execute: Execute | None, fresh: list[Result]
+    ) -> Tool:
         """The call's tool as the ledger runs it: LangGraph's ``execute`` (the real tool), answering with the
-        ``ToolMessage``'s content and status, which the ledger records."""
+        ``ToolMessage``'s content and status, which the ledger records. A transactional tool's ``execute`` runs
+        inside its record's transaction, which its body reads with ``current_transaction()``."""
         call, lc_tool = request.tool_call, request.tool
         policy, reconcile, effect = self._policy(lc_tool) if lc_tool is not None else (None, None, None)
 
-        async def run(**_args: Any) -> ToolOutput:  # (LangGraph validates and passes the arguments)
-            try:
-                result = await execute(request)
-            except GraphBubbleUp as exc:  # an interrupt() in the tool: LangGraph's control flow, not a result
-                raise _Bubble(exc) from exc
+        def output(result: Result) -> ToolOutput:
             fresh.append(result)
             if not isinstance(result, ToolMessage):
                 raise TypeError(
@@ -202,12 +209,36 @@ class ReplaySafeToolCalls:
                 )
             return ToolOutput(_json(result.content), is_error=result.status == "error")
 
+        async def run(**args: Any) -> ToolOutput:  # (LangGraph validates and passes the arguments)
+            try:
+                if effect is not Effect.TRANSACTIONAL:
+                    return output(await execute(request))
+                with in_transaction(Transaction(args[TX_PARAM], asyncio.get_running_loop())):  # PostgreSQL
+                    return output(await execute(request))
+            except GraphBubbleUp as exc:  # an interrupt() in the tool: LangGraph's control flow, not a result
+                raise _Bubble(exc) from exc
+
+        def run_in_thread(**args: Any) -> ToolOutput:  # SQLite: in the worker thread that holds the transaction
+            assert sync_execute is not None
+            try:
+                with in_transaction(Transaction(args[TX_PARAM])):
+                    return output(sync_execute(request))
+            except GraphBubbleUp as exc:
+                raise _Bubble(exc) from exc
+
+        in_thread = effect is Effect.TRANSACTIONAL and getattr(self.ledger, "transactions", None) == "sync"
+        if in_thread and sync_execute is None:
+            raise ConfigError(
+                f"LangGraph tool {call['name']!r}: effect='transactional' on SQLite runs the tool in the thread "
+                "that holds the ledger's transaction, which an async graph (ainvoke, astream) does not give: run "
+                "the graph with invoke or stream, or keep the ledger on PostgreSQL (PgCheckpointer)"
+            )
         return Tool(
             name=call["name"],
             description="",
-            fn=run,
+            fn=run_in_thread if in_thread else run,
             parameters={"type": "object", "properties": {name: {} for name in call.get("args") or {}}},
-            is_async=True,
+            is_async=not in_thread,
             on_in_doubt=policy,
             reconcile=reconcile,
             effect=effect,
@@ -224,10 +255,11 @@ class ReplaySafeToolCalls:
             effect = check_policy(policy, reconcile, declared if declared is not None else effect_from_hints(meta))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"LangGraph tool {tool.name!r}: {exc}") from None
-        if effect is Effect.TRANSACTIONAL:
+        if effect is Effect.TRANSACTIONAL and getattr(self.ledger, "transactions", None) not in ("sync", "async"):
             raise ConfigError(
-                f"LangGraph tool {tool.name!r}: effect='transactional' needs the ledger's transaction, which only "
-                "tenxgraph's own ToolNode gives; say 'external' or 'idempotent'"
+                f"LangGraph tool {tool.name!r}: effect='transactional' writes in the transaction of its ledger "
+                f"record, which a {type(self.ledger).__name__} ledger does not run: keep the ledger on "
+                "SqliteCheckpointer or PgCheckpointer, or say 'external' or 'idempotent'"
             )
         return policy, reconcile, effect
 
