@@ -8,7 +8,8 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,28 @@ def mutant_matrix(folder: Path, mutant: str | None, test_file: Path, options: li
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
     assert (folder / "r.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
     return {"exit": done.returncode, **json.loads((folder / "r.json").read_text())}
+
+
+def mutant_reports(
+    tmp_path: Path, names: Sequence[str | None], test_file: Path, options: Callable[[str | None], list[str]]
+) -> dict[str | None, dict[str, Any]]:
+    """:func:`mutant_matrix` for each of *names* (None: the control), two processes at a time, each in a folder of
+    its own under *tmp_path*, with ``options(name)``: the reports by name."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, test_file, options(m)), names)
+        return dict(zip(names, found, strict=True))
+
+
+def assert_each_caught(
+    reports: dict[str | None, dict[str, Any]],
+    causes: dict[str, str],
+    outcomes: Sequence[str] = ("violation",),
+    fails_the_run: bool = True,
+) -> None:
+    """Each mutant of *causes* is caught for its own reason: more than one cell with one of *outcomes* whose detail
+    says its cause, and (with *fails_the_run*) a red run."""
+    for mutant, cause in causes.items():
+        caught = [c for c in reports[mutant]["cells"] if c["outcome"] in outcomes and cause in c["detail"]]
+        print(f"  {mutant:30} {len(caught):4} cells: {cause!r}")
+        assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
+        assert not fails_the_run or reports[mutant]["exit"] != 0, mutant

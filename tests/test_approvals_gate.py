@@ -4,12 +4,11 @@ each approval mutant of tests/mutants.py for its own reason (``-s`` prints how m
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, mutant_matrix
+from tests.helpers import ROOT, assert_each_caught, mutant_reports
 from tests.mutants import APPROVAL_MUTANTS
 
 EXAMPLE = ROOT / "examples" / "approved_refund" / "test_approved_refund.py"
@@ -31,14 +30,11 @@ MUTANT_MODES = {"second_decision_wins": "double-resume"}
 @pytest.mark.xdist_group("approvals-gate")
 def test_the_matrix_proves_approvals_and_catches_each_broken_one(tmp_path: Path) -> None:
     assert set(CAUSES) == set(APPROVAL_MUTANTS)
-    names: list[str | None] = [None, *APPROVAL_MUTANTS]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        # (make demo runs the example's whole matrix on every backend: here the control in-process and with every
-        # Resume sent twice, each mutant in-process, where each is caught)
-        modes = {m: MODES if m is None else MUTANT_MODES.get(m, "inprocess") for m in names}
-        options = {m: ["--crash-backends=sqlite", "--crash-seed=3", f"--crash-modes={modes[m]}"] for m in names}
-        found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, EXAMPLE, options[m]), names)
-        reports = dict(zip(names, found, strict=True))
+    # (make demo runs the example's whole matrix on every backend: here the control in-process and with every
+    # Resume sent twice, each mutant in-process, where each is caught)
+    modes = {m: MODES if m is None else MUTANT_MODES.get(m, "inprocess") for m in [None, *APPROVAL_MUTANTS]}
+    options = {m: ["--crash-backends=sqlite", "--crash-seed=3", f"--crash-modes={mode}"] for m, mode in modes.items()}
+    reports = mutant_reports(tmp_path, list(modes), EXAMPLE, options.__getitem__)
     control = reports[None]
     cells = control["cells"]
     assert control["exit"] == 0 and control["summary"]["violation"] == 0, [c["detail"] for c in cells][:3]
@@ -46,8 +42,4 @@ def test_the_matrix_proves_approvals_and_catches_each_broken_one(tmp_path: Path)
     for point in ("approval.after_pause", "approval.after_decision"):
         assert {(point, m) for m in MODES.split(",")} <= reached
     assert {c["outcome"] for c in cells if c["mode"] == "double-resume"} <= {"protected", "known_gap"}
-    for mutant, cause in CAUSES.items():
-        caught = [c for c in reports[mutant]["cells"] if c["outcome"] == "violation" and cause in c["detail"]]
-        print(f"  {mutant:28} {len(caught):4} violation cells: {cause!r}")
-        assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
-        assert reports[mutant]["exit"] != 0
+    assert_each_caught(reports, CAUSES)

@@ -4,14 +4,13 @@ own database) passes the integration, and fails each MCP mutant of tests/mutants
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("mcp.client.session", reason="the mcp extra is not installed: pip install '.[mcp]'")
 
-from tests.helpers import ROOT, mutant_matrix
+from tests.helpers import ROOT, assert_each_caught, mutant_matrix, mutant_reports
 from tests.mutants import MCP_MUTANTS
 
 EXAMPLE = ROOT / "examples" / "mcp_tools" / "test_mcp_tools.py"
@@ -45,38 +44,24 @@ def test_a_call_the_server_refuses(crash_run, tmp_path):
 @pytest.mark.xdist_group("mcp-gate")
 def test_the_matrix_passes_mcp_tools_and_catches_each_broken_integration(tmp_path: Path) -> None:
     assert set(CAUSES) | set(ERROR_CAUSES) == set(MCP_MUTANTS)
-    names: list[str | None] = [None, *CAUSES]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        options = ["--crash-backends=sqlite", "--crash-modes=inprocess", "--crash-seed=5", "--crash-hits=1"]
-        options += ["-k", "test_mcp_tools_are_replay_safe"]  # the ticket desk's test (its rows are the count)
-        found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, EXAMPLE, options), names)
-        reports = dict(zip(names, found, strict=True))
+    options = ["--crash-backends=sqlite", "--crash-modes=inprocess", "--crash-seed=5", "--crash-hits=1"]
+    options += ["-k", "test_mcp_tools_are_replay_safe"]  # the ticket desk's test (its rows are the count)
+    reports = mutant_reports(tmp_path, [None, *CAUSES], EXAMPLE, lambda _: options)
     control = reports[None]
     failing = [c for c in control["cells"] if c["outcome"] in ("violation", "failed", "error", "resume_failed")]
     assert control["exit"] == 0 and not failing, [c["detail"][:200] for c in failing]
     assert {"tool.in_flight", "tool.after_return", "tool.after_record"} <= {c["point"] for c in control["cells"]}
-    for mutant, cause in CAUSES.items():
-        caught = [c for c in reports[mutant]["cells"] if c["outcome"] == "violation" and cause in c["detail"]]
-        print(f"  {mutant:28} {len(caught):4} violation cells: {cause!r}")
-        assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
-        assert reports[mutant]["exit"] != 0
+    assert_each_caught(reports, CAUSES)
 
 
 @pytest.mark.xdist_group("mcp-gate")
 def test_a_server_error_answered_as_a_success_is_caught_by_the_witness(tmp_path: Path) -> None:
     test_file = tmp_path / "test_refused.py"
     test_file.write_text(FAILING)
-    names: list[str | None] = [None, *ERROR_CAUSES]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        options = ["--crash-seed=5", "--crash-hits=1"]
-        found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, test_file, options), names)
-        reports = dict(zip(names, found, strict=True))
+    reports = mutant_reports(tmp_path, [None, *ERROR_CAUSES], test_file, lambda _: ["--crash-seed=5", "--crash-hits=1"])
     control = reports[None]
     assert control["exit"] == 0 and control["cells"], [c["detail"][:200] for c in control["cells"]]
-    for mutant, cause in ERROR_CAUSES.items():
-        caught = [c for c in reports[mutant]["cells"] if c["outcome"] == "violation" and cause in c["detail"]]
-        print(f"  {mutant:28} {len(caught):4} violation cells: {cause!r}")
-        assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
+    assert_each_caught(reports, ERROR_CAUSES, fails_the_run=False)
 
 
 DYING = """

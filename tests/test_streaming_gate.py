@@ -4,10 +4,9 @@ reason: a UI told that a replayed refund ran again, or that a refund just made w
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.helpers import ROOT, mutant_matrix
+from tests.helpers import ROOT, assert_each_caught, mutant_reports
 from tests.mutants import STREAM_MUTANTS
 
 EXAMPLE = ROOT / "examples" / "support_refund" / "test_support_refund.py"
@@ -45,36 +44,21 @@ FAILING = ("violation", "failed", "error", "resume_failed")
 
 def test_the_stream_mode_passes_our_runtime_and_catches_each_broken_stream(tmp_path: Path) -> None:
     assert set(CAUSES) | set(ERROR_CAUSES) == set(STREAM_MUTANTS)
-    names: list[str | None] = [None, *CAUSES]
     options = ["--crash-backends=sqlite", "--crash-modes=stream", "--crash-seed=5", "--crash-hits=1"]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, EXAMPLE, options), names)
-        reports = dict(zip(names, found, strict=True))
+    reports = mutant_reports(tmp_path, [None, *CAUSES], EXAMPLE, lambda _: options)
     control = reports[None]
     failing = [c for c in control["cells"] if c["outcome"] in FAILING]
     assert control["exit"] == 0 and not failing, [c["detail"][:200] for c in failing]
     mid_stream = [c for c in control["cells"] if c["point"] == "model.mid_stream"]
     assert mid_stream and all(c["outcome"] == "protected" for c in mid_stream)  # a crash mid-stream, resumed
-    for mutant, cause in CAUSES.items():
-        caught = [c for c in reports[mutant]["cells"] if c["outcome"] in FAILING and cause in c["detail"]]
-        print(f"  {mutant:30} {len(caught):4} failing cells: {cause!r}")
-        assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
-        assert reports[mutant]["exit"] != 0
+    assert_each_caught(reports, CAUSES, outcomes=FAILING)
 
 
 def test_a_failed_call_streamed_as_a_success_is_caught(tmp_path: Path) -> None:
     test_file = tmp_path / "test_failing_tool.py"
     test_file.write_text(FAILING_TOOL)
-    names: list[str | None] = [None, *ERROR_CAUSES]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        options = ["--crash-seed=5", "--crash-hits=1"]
-        found = pool.map(lambda m: mutant_matrix(tmp_path / (m or "control"), m, test_file, options), names)
-        reports = dict(zip(names, found, strict=True))
+    reports = mutant_reports(tmp_path, [None, *ERROR_CAUSES], test_file, lambda _: ["--crash-seed=5", "--crash-hits=1"])
     control = reports[None]
     failing = [c for c in control["cells"] if c["outcome"] in FAILING]
     assert control["exit"] == 0 and control["cells"] and not failing, [c["detail"][:200] for c in failing]
-    for mutant, cause in ERROR_CAUSES.items():
-        caught = [c for c in reports[mutant]["cells"] if c["outcome"] in FAILING and cause in c["detail"]]
-        print(f"  {mutant:30} {len(caught):4} failing cells: {cause!r}")
-        assert len(caught) > 1, (mutant, sorted({c["detail"][:200] for c in reports[mutant]["cells"]})[:5])
-        assert reports[mutant]["exit"] != 0
+    assert_each_caught(reports, ERROR_CAUSES, outcomes=FAILING)
