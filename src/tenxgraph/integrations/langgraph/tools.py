@@ -226,7 +226,7 @@ class ReplaySafeToolCalls:
             except GraphBubbleUp as exc:
                 raise _Bubble(exc) from exc
 
-        in_thread = effect is Effect.TRANSACTIONAL and getattr(self.ledger, "transactions", None) == "sync"
+        in_thread = effect is Effect.TRANSACTIONAL and self._transactions == "sync"
         if in_thread and sync_execute is None:
             raise ConfigError(
                 f"LangGraph tool {call['name']!r}: effect='transactional' on SQLite runs the tool in the thread "
@@ -244,6 +244,12 @@ class ReplaySafeToolCalls:
             effect=effect,
         )
 
+    @property
+    def _transactions(self) -> str | None:
+        """How the ledger runs a tool's write in its record's transaction: ``"sync"`` (SQLite, in the thread that
+        holds it), ``"async"`` (PostgreSQL), or None (a store that has none)."""
+        return getattr(self.ledger, "transactions", None)
+
     def _policy(self, tool: BaseTool) -> tuple[str | None, Reconcile | None, Effect | None]:
         """``(on_in_doubt, reconcile, effect)`` of a LangChain tool, checked."""
         meta = tool.metadata or {}
@@ -255,10 +261,10 @@ class ReplaySafeToolCalls:
             effect = check_policy(policy, reconcile, declared if declared is not None else effect_from_hints(meta))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"LangGraph tool {tool.name!r}: {exc}") from None
-        if effect is Effect.TRANSACTIONAL and getattr(self.ledger, "transactions", None) not in ("sync", "async"):
+        if effect is Effect.TRANSACTIONAL and self._transactions not in ("sync", "async"):
             raise ConfigError(
                 f"LangGraph tool {tool.name!r}: effect='transactional' writes in the transaction of its ledger "
-                f"record, which a {type(self.ledger).__name__} ledger does not run: keep the ledger on "
+                f"record, which the {type(self.ledger).__name__} ledger does not run: keep the ledger on "
                 "SqliteCheckpointer or PgCheckpointer, or say 'external' or 'idempotent'"
             )
         return policy, reconcile, effect
