@@ -4,7 +4,7 @@ runs the crash matrix over the LangGraph example against each and requires cells
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -98,6 +98,27 @@ def lg_error_recorded_as_success() -> None:
     setattr(tools, "ToolOutput", succeeded)  # noqa: B010 (the module's name the wrapper calls)
 
 
+def lg_tool_commits_alone() -> None:
+    """A transactional tool's writes are committed as soon as its body returns, and its record written after, in
+    a transaction of its own (SQLite): a crash between the two leaves the writes without their record, and the
+    resumed call writes them again."""
+    import sqlite3
+    from contextlib import contextmanager
+
+    from tenxgraph.integrations.langgraph import tools
+
+    original = tools.in_transaction
+
+    @contextmanager
+    def committing(tx: Any) -> Iterator[None]:
+        with original(tx):
+            yield
+        if isinstance(tx.connection, sqlite3.Connection):
+            tx.connection.commit()
+
+    tools.in_transaction = committing  # type: ignore[assignment]
+
+
 LG_MUTANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (
@@ -107,6 +128,7 @@ LG_MUTANTS: dict[str, Callable[[], None]] = {
         lg_body_key_unstable,
         lg_declarations_dropped,
         lg_error_recorded_as_success,
+        lg_tool_commits_alone,
     )
 }
 

@@ -38,6 +38,15 @@ def test_replay_safe(crash_run, effects):
 
 
 @pytest.mark.crash_matrix(framework="langgraph")
+def test_replay_safe_transactional(crash_run, effects):  # (the refund: a row written in the call's transaction)
+    def book(tx, payload):
+        return effects.apply_in(tx, "refund", payload)["effect_id"]
+
+    app = build_agent(crash_run.langgraph_checkpointer, effects, ledger=crash_run.checkpointer, book_refund=book)
+    assert crash_run.invoke(app, REQUEST, {"durability": "sync"}).final_text == FINAL
+
+
+@pytest.mark.crash_matrix(framework="langgraph")
 def test_replay_safe_async_durability(crash_run, effects):
     app = build_agent(crash_run.langgraph_checkpointer, effects, ledger=crash_run.checkpointer)
     assert crash_run.invoke(app, REQUEST).final_text == FINAL  # LangGraph's default durability, "async"
@@ -110,6 +119,8 @@ CAUSES = {
     "lg_declarations_dropped": "its tool declares effect idempotent with in-doubt policy none, yet the runtime",
     # the witness saw the tool's own ToolMessage.status: a replay of the record answers a success
     "lg_error_recorded_as_success": "was answered as a success although its body raised",
+    # the effect is counted in the ledger's database, outside the run: it committed without its record
+    "lg_tool_commits_alone": "its writes did not commit with its ledger record",
 }
 FAILING = ("violation", "resume_failed", "error", "failed", "vacuous")
 
@@ -224,3 +235,24 @@ def test_every_wrapper_mutant_is_caught_for_its_own_reason(tmp_path: Path) -> No
         if len(caught) < 2 or r["exit"] == 0:
             missed[r["mutant"]] = sorted({c["detail"][:160] for c in r["cells"] if c["outcome"] in FAILING})[:3]
     assert not missed, f"wrapper mutants the matrix did not catch for their own reason: {missed}"
+
+
+def test_langgraphs_background_save_is_played_on_purpose_and_its_gap_named(control: dict[str, Any]) -> None:
+    """LangGraph saves a task's writes in a background thread and goes on (durability='sync' too): at
+    ``langgraph.late_put_writes`` the kill waits for a later tool call's return, in every cell, not by chance. The
+    held call runs again on resume: the wrapper's known gap (named for LangGraph's race), the bare node's
+    violations (its finished siblings again), the transactional refund once."""
+    late = "langgraph.late_put_writes"
+    safe = [c for c in of_test(control["example"], "test_replay_safe_tool_node") if c["point"] == late]
+    assert {c["mode"] for c in safe} == {"inprocess", "sigkill", "stream"} and len(safe) == 3 * 8
+    assert {c["hit"] for c in safe} == {1, 2, 3, 4}  # (the saves a later tool call's return followed)
+    for cell in safe:
+        assert cell["outcome"] == "known_gap" and "after_return" in cell["gap"].split(","), cell["detail"]
+        assert "background thread" in cell["gap_reasons"]["after_return"]
+        steps = [(s["phase"], s["kind"]) for s in cell["timeline"]]
+        crash = steps.index(("crash", "crash"))
+        assert ("run", "end") in steps[:crash] and "AGAIN" in str(cell["timeline"][crash + 1 :])
+    bare = [c for c in of_test(control["example"], "test_bare_tool_node") if c["point"] == late]
+    assert any(c["outcome"] == "violation" and "executed 2 times" in c["detail"] for c in bare), outcomes(bare)
+    made = [c for c in of_test(control["example"], "test_transactional_refund") if c["point"] == late]
+    assert made and all(c["outcome"] in ("known_gap", "exactly_once") for c in made), outcomes(made)

@@ -105,6 +105,13 @@ KNOWN_GAPS: tuple[GapRule, ...] = (
     ),
     GapRule(
         "after_return",
+        "LangGraph saves a task's writes in a background thread while later steps run (durability='sync' too): "
+        "the kill in that thread landed after this later call returned, before its ledger record was written",
+        point="langgraph.late_put_writes",
+        remedy=_CRASH_REMEDY,
+    ),
+    GapRule(
+        "after_return",
         "this call (for example a sibling of the crashed one) had returned but was not recorded yet",
         condition="after_return",
         remedy=_CRASH_REMEDY,

@@ -44,6 +44,7 @@ TOOL_WINDOW_POINTS = frozenset(
         "langgraph.after_put_writes",
         "langgraph.before_put",
         "langgraph.after_put",
+        "langgraph.late_put_writes",
     }
 )
 

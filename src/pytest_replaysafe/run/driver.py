@@ -345,12 +345,11 @@ class CellDriver:
         entries = self.entries(thread)
         for tool, pairs in windows(entries).items():  # the clean run's exposure windows, per tool
             self.exposure.setdefault(tool, []).extend(pairs)
-        drive = LearnedDrive(
-            counts.get(self.cell.point, 0),
-            reference(clean.messages, clean.final_text, entries, self._effects_on(thread)),
-            clean,
-            dict(counts),
-        )
+        reached = counts.get(self.cell.point, 0)
+        if self.cell.point == "langgraph.late_put_writes" and self._saver is not None:  # (a later return to hold)
+            reached = self._saver.late_reach(thread, entries)
+        ref = reference(clean.messages, clean.final_text, entries, self._effects_on(thread))
+        drive = LearnedDrive(reached, ref, clean, dict(counts))
         if self.cell.budget:
             drive.reached = min(drive.reached, 2)
         self.drives.append(drive)

@@ -129,6 +129,8 @@ def crash_point_saver(factory: Callable[[], tuple[BaseCheckpointSaver[Any], Any]
             self._pid = -1
             self._closers: list[tuple[int, Any]] = []
             self._lock = threading.Lock()
+            #: When each task's writes were saved, per thread (CLOCK_MONOTONIC, as the execution log's times).
+            self.saved_writes: dict[str, list[float]] = {}
             BaseCheckpointSaver.__init__(self)  # (the saver is opened on first use, by the process that uses it)
 
         @property
@@ -146,6 +148,18 @@ def crash_point_saver(factory: Callable[[], tuple[BaseCheckpointSaver[Any], Any]
 
         def with_allowlist(self, extra_allowlist: Any) -> BaseCheckpointSaver[Any]:
             return self  # (each process's saver is opened by the factory, with LangGraph's default serde)
+
+        def put_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+            super().put_writes(config, writes, task_id, task_path)
+            thread = str((config.get("configurable") or {}).get("thread_id"))
+            self.saved_writes.setdefault(thread, []).append(time.monotonic())
+            crash_point("langgraph.late_put_writes")  # (the kill is held: see late_kill)
+
+        def late_reach(self, thread: str, entries: Sequence[Entry]) -> int:
+            """The hits of ``langgraph.late_put_writes`` in the clean run on *thread* that a later tool call's
+            return followed (only those can play the race): the saves before the last return in *entries*."""
+            returns = [e.t for e in entries if e.event == "end" and e.t is not None]
+            return sum(1 for t in self.saved_writes.get(thread, []) if returns and t < max(returns))
 
         def close(self) -> None:
             for pid, closer in self._closers:
@@ -175,12 +189,61 @@ def crash_point_saver(factory: Callable[[], tuple[BaseCheckpointSaver[Any], Any]
     return PerProcessSaver()
 
 
+#: How long the kill at ``langgraph.late_put_writes`` waits for a later tool call to return, in seconds.
+LATE_HOLD_S = 60.0
+
+
+def late_kill(
+    crash: Callable[[str, int], None], window: dict[str, str], settle: Callable[[], None] | None = None
+) -> Callable[[str, int], None]:
+    """The action at ``langgraph.late_put_writes``: LangGraph's race, played on purpose. LangGraph saves a task's
+    writes in a background thread, even with ``durability="sync"``, and goes on with the next steps; a kill in
+    that thread can land while a later step's tool runs. Here the saving thread holds the kill (*crash*) until the
+    next tool call has returned (``tool.after_return``: its effect done, its record not written), and that call
+    holds until the kill, then dies with the process: the call is the cell's *window*."""
+    from tenxgraph.core import crashpoints
+    from tenxgraph.core.crashpoints import CrashInjected
+
+    def fire(name: str, n: int) -> None:
+        returned, killed = threading.Event(), threading.Event()
+        _late_holding.set()  # (the point has fired; the process lives on until the kill)
+
+        def at_return(point: str, arrival: int) -> None:
+            call = current_tool_call()
+            window.setdefault("id", call_id_of(call.message_id, call.index) if call else "*")
+            if settle is not None:
+                settle()
+            returned.set()
+            killed.wait(LATE_HOLD_S)
+            raise CrashInjected(point, arrival)  # (in-process: this call dies with the process)
+
+        crashpoints.arm("tool.after_return", 1, at_return)
+        try:
+            if not returned.wait(LATE_HOLD_S):
+                raise RuntimeError(
+                    f"{name} (hit {n}): no later tool call returned within {LATE_HOLD_S:g}s, although one did in "
+                    "the clean run: the crashing run went another way than the clean run"
+                )
+        finally:
+            _late_holding.clear()
+        try:
+            crash(name, n)
+        finally:
+            killed.set()
+
+    return fire
+
+
+#: Set while the kill at ``langgraph.late_put_writes`` is held (see :func:`late_kill`): the process still lives.
+_late_holding = threading.Event()
+
+
 def _alive() -> None:
     """A crash point has fired in this process (an in-process crash): the process is dead, and writes nothing more
     (LangGraph saves a failed task's error as it unwinds; a killed process would not)."""
     from tenxgraph.core.crashpoints import CrashInjected, fired
 
-    done = fired()
+    done = [] if _late_holding.is_set() else fired()
     if done:
         raise CrashInjected(*done[0])
 

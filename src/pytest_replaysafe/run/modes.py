@@ -135,7 +135,11 @@ def arm_crash(
 
         return fire
 
-    if point == "ledger.read_error":
+    if point == "langgraph.late_put_writes":  # (a LangGraph race: the kill waits for a later call's return)
+        from pytest_replaysafe.run.langgraph_app import late_kill
+
+        crashpoints.arm(point, hit, late_kill(crash, window, settle))
+    elif point == "ledger.read_error":
         window["id"] = "*"
         crashpoints.arm(point, hit, lambda name, n: crashpoints.arm("node.after_complete", 1, crash))
     elif crashpoints.get_crash_point(point).kind == "fault":

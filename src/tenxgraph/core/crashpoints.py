@@ -154,6 +154,16 @@ POINTS: tuple[CrashPoint, ...] = (
         "langgraph.before_put", "crash", "a LangGraph step is done; its checkpoint is not saved yet", _LANGGRAPH_SAVER
     ),
     CrashPoint("langgraph.after_put", "crash", "LangGraph saved a step's checkpoint", _LANGGRAPH_SAVER),
+    # LangGraph saves a task's writes in a background thread, even with durability="sync": a kill in that thread
+    # can land while a later step's tool runs. The matrix plays that race (its saver fires this point; the kill is
+    # held until a later tool call has returned, unrecorded).
+    CrashPoint(
+        "langgraph.late_put_writes",
+        "crash",
+        "LangGraph's background thread saved a task's writes while a later step's tool call ran: the kill lands "
+        "once that call has returned, before its record (crash matrix only)",
+        _LANGGRAPH,
+    ),
 )
 #: The points of a LangGraph app (``@pytest.mark.crash_matrix(framework="langgraph")``): LangGraph's step
 #: boundaries, and those around each tool call that a LangGraph tool node reaches (the watcher of a bare
@@ -169,6 +179,7 @@ LANGGRAPH_POINTS = (
     "langgraph.after_put_writes",
     "langgraph.before_put",
     "langgraph.after_put",
+    "langgraph.late_put_writes",
 )
 
 
