@@ -428,10 +428,8 @@ def prune_deletes_resumable() -> None:
     for cls in BACKENDS:
 
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
-            async def prune(
-                self: Any, older_than: Any, *, include_resumable: bool = False, batch_size: int = 1000
-            ) -> int:
-                return int(await original(self, older_than, include_resumable=True, batch_size=batch_size))
+            async def prune(self: Any, older_than: Any, *, include_resumable: bool = False, **kw: Any) -> int:
+                return int(await original(self, older_than, include_resumable=True, **kw))
 
             return prune
 

@@ -13,6 +13,8 @@
 - :func:`current_transaction`: in a transactional tool's body (``effect="transactional"``), the ledger's
   transaction its writes commit in, with the call's record.
 - :class:`CrashPointSaver`: wraps a LangGraph saver so that the ``langgraph.*`` crash points fire in a test.
+- :func:`prune_ledger` / :func:`aprune_ledger`: the ledger's retention job, which prunes the records of the
+  threads LangGraph's saver shows finished (a paused thread keeps its records however long it waits).
 
 See docs/langgraph.md. Importing this package needs no LangGraph; its names import it on first use.
 """
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from tenxgraph.integrations.langgraph.messages import to_messages
     from tenxgraph.integrations.langgraph.middleware import ReplaySafeMiddleware
     from tenxgraph.integrations.langgraph.resuming import aresume, resume
+    from tenxgraph.integrations.langgraph.retention import aprune_ledger, prune_ledger
     from tenxgraph.integrations.langgraph.saver import CrashPointSaver
     from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls, ReplaySafeToolNode, current_idempotency_key
     from tenxgraph.integrations.langgraph.transaction import current_transaction
@@ -34,9 +37,11 @@ __all__ = [
     "ReplaySafeMiddleware",
     "ReplaySafeToolCalls",
     "ReplaySafeToolNode",
+    "aprune_ledger",
     "aresume",
     "current_idempotency_key",
     "current_transaction",
+    "prune_ledger",
     "resume",
     "to_messages",
 ]
@@ -51,6 +56,8 @@ _WHERE = {
     "current_transaction": "tenxgraph.integrations.langgraph.transaction",
     "resume": "tenxgraph.integrations.langgraph.resuming",
     "aresume": "tenxgraph.integrations.langgraph.resuming",
+    "prune_ledger": "tenxgraph.integrations.langgraph.retention",
+    "aprune_ledger": "tenxgraph.integrations.langgraph.retention",
 }
 EXTRA_HINT = "install the extra: pip install 'tenxgraph[langgraph]' (LangGraph >= 1.0 and langchain-core)"
 

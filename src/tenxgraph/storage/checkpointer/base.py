@@ -24,7 +24,7 @@ import json
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -167,13 +167,21 @@ class BaseCheckpointer(ABC):
 
     @abstractmethod
     async def aprune_tool_executions(
-        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+        self,
+        older_than: timedelta,
+        *,
+        include_resumable: bool = False,
+        finished: Sequence[str] = (),
+        batch_size: int = 1000,
     ) -> int:
         """Delete ledger records created more than *older_than* ago, in batches; return how many were deleted.
 
-        Records of a thread whose run is still resumable (status ``running`` or ``error``) are kept unless
-        ``include_resumable=True``: pruning them would let a resume re-run calls that already happened.
-        """
+        Only records of a thread this store sees finished go: it has a thread row, and its status is not
+        resumable (``running``, ``error``, ``interrupted``). A thread whose state another framework keeps (LangGraph,
+        a loop calling :mod:`tenxgraph.ledger`) has no row here and may be paused for a person: its records stay
+        unless its id is in *finished* (the caller vouches its runs are over; see
+        ``tenxgraph.integrations.langgraph.prune_ledger``). ``include_resumable=True`` deletes every old record
+        (a resume then re-runs calls that already happened)."""
 
     # -- lifecycle --------------------------------------------------------------------------------------
     @abstractmethod
@@ -252,10 +260,16 @@ class BaseCheckpointer(ABC):
         return run_sync(self.alist_tool_results(thread_id))
 
     def prune_tool_executions(
-        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+        self,
+        older_than: timedelta,
+        *,
+        include_resumable: bool = False,
+        finished: Sequence[str] = (),
+        batch_size: int = 1000,
     ) -> int:
+        prune = self.aprune_tool_executions
         return run_sync(
-            self.aprune_tool_executions(older_than, include_resumable=include_resumable, batch_size=batch_size)
+            prune(older_than, include_resumable=include_resumable, finished=finished, batch_size=batch_size)
         )
 
     def delete_thread(self, thread_id: str) -> None:
@@ -376,9 +390,6 @@ async def hold_run_lock(
         await lock.__aexit__(None, None, None)
 
 
-#: Statuses of a thread whose ledger a later run still reads (pruning keeps its records): a run on it now or
-#: interrupted by a crash (``running``), a failed node (``error``), a pause waiting for a person (``interrupted``).
-RESUMABLE_STATUSES = ("running", "error", "interrupted")
 _local_locks_guard = threading.Lock()
 
 
@@ -406,26 +417,6 @@ def migration_plan(current: int, migrations: Mapping[int, list[str]], where: str
             f"{where} is at schema version {current}, newer than this 10xgraph's ({newest}); upgrade 10xgraph"
         )
     return [(version, migrations[version]) for version in range(current + 1, newest + 1)]
-
-
-async def prune_in_batches(delete_batch: Callable[[], Awaitable[int]], batch_size: int) -> int:
-    """Call *delete_batch* (one short transaction deleting up to *batch_size* records) until a batch comes back
-    short; other writers get in between batches. Returns how many were deleted in all."""
-    deleted = 0
-    while True:
-        batch = await delete_batch()
-        deleted += batch
-        if batch < batch_size:
-            return deleted
-
-
-def check_prune_args(older_than: timedelta, batch_size: int) -> float:
-    """The cutoff in seconds; clear errors for a negative age or a batch size below 1."""
-    if not isinstance(older_than, timedelta) or older_than < timedelta(0):
-        raise ConfigError(f"older_than must be a timedelta >= 0, got {older_than!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
-    return older_than.total_seconds()
 
 
 def parse_json_record(text: str | bytes | dict[str, Any]) -> dict[str, JSON]:

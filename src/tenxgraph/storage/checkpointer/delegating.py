@@ -81,10 +81,15 @@ class DelegatingCheckpointer(BaseCheckpointer):
         return await self.inner.alist_tool_results(thread_id)
 
     async def aprune_tool_executions(
-        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+        self,
+        older_than: timedelta,
+        *,
+        include_resumable: bool = False,
+        finished: Sequence[str] = (),
+        batch_size: int = 1000,
     ) -> int:
         return await self.inner.aprune_tool_executions(
-            older_than, include_resumable=include_resumable, batch_size=batch_size
+            older_than, include_resumable=include_resumable, finished=finished, batch_size=batch_size
         )
 
     async def adelete_thread(self, thread_id: str) -> None:

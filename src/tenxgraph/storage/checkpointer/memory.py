@@ -10,15 +10,14 @@ from datetime import timedelta
 
 from tenxgraph.state.messages import JSON, Message, dumps
 from tenxgraph.storage.checkpointer.base import (
-    RESUMABLE_STATUSES,
     BaseCheckpointer,
     MessagesAfter,
     ThreadSnapshot,
-    check_prune_args,
     check_thread_id,
     encode_messages,
     parse_json_record,
 )
+from tenxgraph.storage.checkpointer.retention import RESUMABLE_STATUSES, check_prune_args
 from tenxgraph.utils.errors import StaleStateError
 
 
@@ -127,13 +126,19 @@ class InMemoryCheckpointer(BaseCheckpointer):
         return {k: parse_json_record(v) for k, v in items.items()}
 
     async def aprune_tool_executions(
-        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+        self,
+        older_than: timedelta,
+        *,
+        include_resumable: bool = False,
+        finished: Sequence[str] = (),
+        batch_size: int = 1000,
     ) -> int:
-        cutoff = time.time() - check_prune_args(older_than, batch_size)
+        cutoff = time.time() - check_prune_args(older_than, batch_size, finished)
         deleted = 0
+        vouched = set(finished)
         with self._lock:
             for thread_id, ledger in self._ledger.items():
-                if not include_resumable and self._resumable(thread_id):
+                if not include_resumable and thread_id not in vouched and not self._finished(thread_id):
                     continue
                 old = [k for k, (created, _, _) in ledger.items() if created < cutoff]
                 for key in old:
@@ -141,12 +146,13 @@ class InMemoryCheckpointer(BaseCheckpointer):
                 deleted += len(old)
         return deleted
 
-    def _resumable(self, thread_id: str) -> bool:
+    def _finished(self, thread_id: str) -> bool:
+        """The thread has a row here, and its run is not resumable (see ``aprune_tool_executions``)."""
         row = self._threads.get(thread_id)
         if row is None:
             return False
         meta = json.loads(row[1]).get("meta") or {}
-        return meta.get("status") in RESUMABLE_STATUSES
+        return meta.get("status") not in RESUMABLE_STATUSES
 
     async def adelete_thread(self, thread_id: str) -> None:
         with self._lock:

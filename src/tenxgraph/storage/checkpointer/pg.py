@@ -31,16 +31,14 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from tenxgraph.state.messages import JSON, Message, dumps
 from tenxgraph.storage.checkpointer.base import (
-    RESUMABLE_STATUSES,
     BaseCheckpointer,
     MessagesAfter,
     ThreadSnapshot,
-    check_prune_args,
     check_thread_id,
     encode_group,
     encode_messages,
-    prune_in_batches,
 )
+from tenxgraph.storage.checkpointer.retention import RESUMABLE_STATUSES, check_prune_args, prune_in_batches
 from tenxgraph.utils.constants import LOGGER_NAME, install_hint
 from tenxgraph.utils.errors import ConfigError, SerializationError, StaleStateError
 from tenxgraph.utils.sync import run_sync
@@ -340,15 +338,19 @@ class PgCheckpointer(CacheMethods, BaseCheckpointer):
         return await self._retrying("ledger read", op)
 
     async def aprune_tool_executions(
-        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+        self,
+        older_than: timedelta,
+        *,
+        include_resumable: bool = False,
+        finished: Sequence[str] = (),
+        batch_size: int = 1000,
     ) -> int:
         """Batched deletes along the ``created_at`` index; each batch is its own short transaction."""
-        check_prune_args(older_than, batch_size)
+        check_prune_args(older_than, batch_size, finished)
+        args = (older_than, include_resumable, list(finished), list(RESUMABLE_STATUSES), batch_size)
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> int:
-            cur = await conn.execute(
-                self._q["prune"], (older_than, include_resumable, list(RESUMABLE_STATUSES), batch_size)
-            )
+            cur = await conn.execute(self._q["prune"], args)
             return cur.rowcount
 
         return await prune_in_batches(lambda: self._retrying("ledger prune", op), batch_size)

@@ -181,9 +181,10 @@ QUERIES = {
         DELETE FROM {schema}.tool_executions WHERE ctid IN (
             SELECT te.ctid FROM {schema}.tool_executions te
             WHERE te.created_at < now() - %s::interval
-              AND (%s OR NOT EXISTS (
+              AND (%s OR te.thread_id = ANY(%s) OR EXISTS (
                   SELECT 1 FROM {schema}.threads t
-                  WHERE t.thread_id = te.thread_id AND t.state->'meta'->>'status' = ANY(%s)))
+                  WHERE t.thread_id = te.thread_id
+                    AND NOT coalesce(t.state->'meta'->>'status', '') = ANY(%s)))
             LIMIT %s)""",
     "delete_results": "DELETE FROM {schema}.tool_executions WHERE thread_id = %s",
     "delete_messages": "DELETE FROM {schema}.messages WHERE thread_id = %s",

@@ -15,6 +15,7 @@ SQLite, each method one short transaction; its lock primitives and SQL are alrea
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import sqlite3
@@ -28,19 +29,17 @@ from pathlib import Path
 
 from tenxgraph.state.messages import JSON, Message, dumps
 from tenxgraph.storage.checkpointer.base import (
-    RESUMABLE_STATUSES,
     BaseCheckpointer,
     MessagesAfter,
     ThreadSnapshot,
-    check_prune_args,
     check_thread_id,
     encode_group,
     encode_messages,
     migration_plan,
     parse_json_record,
-    prune_in_batches,
 )
 from tenxgraph.storage.checkpointer.holders import LIVE_OWNERS
+from tenxgraph.storage.checkpointer.retention import RESUMABLE_STATUSES, check_prune_args, prune_in_batches
 from tenxgraph.storage.checkpointer.sqlite_lock import (
     OFD_SETLK,
     HeldLock,
@@ -307,15 +306,20 @@ class SqliteCheckpointer(BaseCheckpointer):
         return {str(k): parse_json_record(str(v)) for k, v in rows}
 
     async def aprune_tool_executions(
-        self, older_than: timedelta, *, include_resumable: bool = False, batch_size: int = 1000
+        self,
+        older_than: timedelta,
+        *,
+        include_resumable: bool = False,
+        finished: Sequence[str] = (),
+        batch_size: int = 1000,
     ) -> int:
-        cutoff = time.time() - check_prune_args(older_than, batch_size)
+        cutoff = time.time() - check_prune_args(older_than, batch_size, finished)
+        vouched = json.dumps(list(finished))
 
         async def delete_batch() -> int:
             with self._tx() as conn:
-                return int(
-                    conn.execute(PRUNE, (cutoff, int(include_resumable), *RESUMABLE_STATUSES, batch_size)).rowcount
-                )
+                args = (cutoff, int(include_resumable), vouched, *RESUMABLE_STATUSES, batch_size)
+                return int(conn.execute(PRUNE, args).rowcount)
 
         return await prune_in_batches(delete_batch, batch_size)
 

@@ -50,9 +50,10 @@ PRUNE = """
 DELETE FROM tool_executions WHERE rowid IN (
     SELECT te.rowid FROM tool_executions te
     WHERE te.created_at < ?
-      AND (? OR NOT EXISTS (
+      AND (? OR te.thread_id IN (SELECT value FROM json_each(?)) OR EXISTS (
           SELECT 1 FROM threads t
-          WHERE t.thread_id = te.thread_id AND json_extract(t.state, '$.meta.status') IN (?, ?, ?)))
+          WHERE t.thread_id = te.thread_id
+            AND coalesce(json_extract(t.state, '$.meta.status'), '') NOT IN (?, ?, ?)))
     LIMIT ?)
 """
 
