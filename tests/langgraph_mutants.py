@@ -119,6 +119,17 @@ def lg_tool_commits_alone() -> None:
     tools.in_transaction = committing  # type: ignore[assignment]
 
 
+def lg_prune_forgets_unseen_threads() -> None:
+    """The ledger's retention job deletes the records of a thread with no row in our ``threads`` table (as it did
+    before it kept what it cannot see finished): a LangGraph thread's records go between its crash and its resume
+    (SQLite)."""
+    from tenxgraph.storage.checkpointer import sqlite
+
+    sqlite.PRUNE = sqlite.PRUNE.replace(  # type: ignore[attr-defined]
+        "OR EXISTS (", "OR NOT EXISTS ("
+    ).replace("NOT IN (?, ?, ?)", "IN (?, ?, ?)")
+
+
 LG_MUTANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (
@@ -129,6 +140,7 @@ LG_MUTANTS: dict[str, Callable[[], None]] = {
         lg_declarations_dropped,
         lg_error_recorded_as_success,
         lg_tool_commits_alone,
+        lg_prune_forgets_unseen_threads,
     )
 }
 

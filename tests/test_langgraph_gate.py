@@ -121,7 +121,11 @@ CAUSES = {
     "lg_error_recorded_as_success": "was answered as a success although its body raised",
     # the effect is counted in the ledger's database, outside the run: it committed without its record
     "lg_tool_commits_alone": "its writes did not commit with its ledger record",
+    # the retention job between the kill and the resume deleted the records of calls LangGraph runs again
+    "lg_prune_forgets_unseen_threads": "was gone at the resume: the retention job ran between them",
 }
+#: The modes a mutant's matrix runs in, where the default ones do not show it.
+MUTANT_MODES = {"lg_prune_forgets_unseen_threads": "prune"}
 FAILING = ("violation", "resume_failed", "error", "failed", "vacuous")
 
 
@@ -146,6 +150,8 @@ def run_matrix(workdir: Path, test: str | None = None, mutant: str | None = None
     select = ["-k", test] if test else []
     if mutant:  # (a mutant's cause shows in any completion order: one is enough, and halves its matrix)
         select.append("--crash-orders=1")
+    if mutant in MUTANT_MODES:
+        select.append(f"--crash-modes={MUTANT_MODES[mutant]}")
     return {**_matrix(["-p", "no:xdist", *select, "test_lg_agent.py"], folder, folder / "report.json", env),
             "mutant": mutant}  # fmt: skip
 

@@ -47,7 +47,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     "replayed_error_as_success": ("violation", "answered as a success although its body failed"),
     "lock_released_before_last_write": ("violation", "held its run lock at release"),
     "recovery_ignores_live_lock": ("violation", "recovery must leave a live run's thread alone"),
-    "prune_deletes_resumable": ("violation", "executed 2 times"),
+    "prune_deletes_resumable": ("violation", "was gone at the resume: the retention job ran between them"),
     "idempotency_key_without_message_id": ("violation", "were given the same idempotency key"),
     "resume_raises_unrelated": ("resume_failed", "AttributeError"),
     "ledger_read_rides_on_write": ("violation", "executed 2 times"),

@@ -286,6 +286,11 @@ def judge(
             why = f" (the crash at {point} hit it after its record was said to be written, yet no record was)"
         elif eid in evidence.unfinished:
             why = f" (it was {evidence.unfinished[eid]} at a crash outside the tool path)"
+        elif mode == "prune" and commits[eid] > 1:  # (recorded before the kill, and again after the resume)
+            why = (
+                " (its record, written before the kill, was gone at the resume: the retention job ran between them, "
+                "and a thread that can still be resumed, or that the store cannot see finished, keeps its records)"
+            )
         else:
             why = ""
         problems.append(f"{labels.get(eid, eid)} executed {n} times{why}")

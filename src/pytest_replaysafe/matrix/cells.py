@@ -314,10 +314,12 @@ def marker_kwargs(marker: Any) -> dict[str, Any]:
 
 
 #: What a marked test's app is built with: our runtime, or LangGraph (``framework="langgraph"``: LangGraph's
-#: points, no run-lock contest, recovery or retention cells, which are our runtime's).
+#: points, no run-lock contest or recovery cells, which are our runtime's).
 FRAMEWORKS = ("tenxgraph", "langgraph")
-#: The modes a LangGraph app's cells run in (the others are our runtime's run lock, server and retention job).
-LANGGRAPH_MODES = ("inprocess", "sigkill", "stream")
+#: The modes a LangGraph app's cells run in (the others are our runtime's run lock and server). ``prune``: the
+#: ledger's retention job between the kill and the resume must keep a LangGraph thread's records (it has no row
+#: in our ``threads`` table: the job cannot see it finished).
+LANGGRAPH_MODES = ("inprocess", "sigkill", "stream", "prune")
 
 
 class Selection(Protocol):
