@@ -80,19 +80,26 @@ def model(state: MessagesState) -> dict[str, Any]:
     return {"messages": [AIMessage(FINAL)]}
 
 
+async def amodel(state: MessagesState) -> dict[str, Any]:
+    """The model as an async node (a graph with one runs through ``ainvoke`` / ``astream`` only)."""
+    return model(state)
+
+
 def build_agent(
     saver: BaseCheckpointSaver[Any] | None,
     provider: Provider | None = None,
     ledger: BaseCheckpointer | None = None,
     book_refund: BookRefund | None = None,
+    run_async: bool = False,
 ) -> Any:
     """The agent over LangGraph's *saver*; with *ledger*, its tools go through ReplaySafeToolNode; with
-    *book_refund* (and a SQLite or PostgreSQL *ledger*), its refund is transactional."""
+    *book_refund* (and a SQLite or PostgreSQL *ledger*), its refund is transactional; with *run_async*, its model
+    is an async node."""
     tools = make_tools(provider or LocalProvider(), book_refund)
     effects = {"refund_order": "transactional"} if book_refund is not None else None
     node = ToolNode(tools) if ledger is None else ReplaySafeToolNode(tools, ledger=ledger, effects=effects)
     graph = StateGraph(MessagesState)
-    graph.add_node("agent", model)
+    graph.add_node("agent", amodel if run_async else model)
     graph.add_node("tools", node)
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)

@@ -17,6 +17,7 @@ started, resumed and read back. LangGraph is imported only when a test drives a 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import threading
@@ -45,6 +46,7 @@ from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call, runnin
 from tenxgraph.integrations.langgraph.resuming import resume_input
 from tenxgraph.state.state import AgentState
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from tenxgraph.utils.sync import run_sync
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -367,6 +369,11 @@ class LangGraphApp:
     def __init__(self, app: Any, input: Mapping[str, Any], log: ExecutionLog, durability: str | None) -> None:
         self.app, self.input, self.log, self.durability = app, dict(input), log, durability
         self.declarations = langgraph_declarations(app)  # the witness's own reading of each tool's declaration
+        #: A graph with a node that has only an async function runs through ``ainvoke`` / ``astream``.
+        self.is_async = any(
+            getattr(node.bound, "func", "") is None and getattr(node.bound, "afunc", None) is not None
+            for node in getattr(app, "nodes", {}).values()
+        )
 
     def _config(self, thread: str, config: Mapping[str, Any]) -> dict[str, Any]:
         configurable = {**(config.get("configurable") or {}), "thread_id": thread}
@@ -380,12 +387,29 @@ class LangGraphApp:
         if input is None:  # a resume, the user's way: invoke(None), or the input again if nothing was saved
             input = resume_input(self.app, self.input, cfg)
         kw = {"durability": self.durability} if self.durability else {}
-        if stream:
+        if self.is_async:
+            run_sync(self._arun(input, cfg, stream, kw))
+        elif stream:
             for _ in self.app.stream(input, cfg, stream_mode="values", **kw):
                 pass
         else:
             self.app.invoke(input, cfg, **kw)
         return self.result(thread)
+
+    async def _arun(self, input: Any, cfg: dict[str, Any], stream: bool, kw: dict[str, Any]) -> None:
+        """An async graph's run: ``astream`` or ``ainvoke``, on the loop of tenxgraph's sync wrappers. After an
+        in-process crash the run's tasks still pending are cancelled and awaited, as a dead process's would stop
+        (LangGraph's ``ToolNode`` gathers a batch's calls: a call that crashed leaves its siblings running)."""
+        before = asyncio.all_tasks()
+        try:
+            if stream:
+                async for _ in self.app.astream(input, cfg, stream_mode="values", **kw):
+                    pass
+            else:
+                await self.app.ainvoke(input, cfg, **kw)
+        except BaseException:
+            await _stop_leftovers(before)
+            raise
 
     def result(self, thread: str) -> RunResult[Any]:
         """The thread's stored conversation, as tenxgraph messages (what the verdict reads)."""
@@ -395,6 +419,25 @@ class LangGraphApp:
         if not snapshot.values:
             raise RuntimeError(f"thread {thread!r} has no LangGraph checkpoint after the run")
         return RunResult(thread, AgentState(messages=to_messages(messages_of(snapshot.values))), 0)
+
+
+OURS = ("langgraph", "langchain", "tenxgraph")
+
+
+def _module_of(task: asyncio.Task[Any]) -> str:
+    """The module of the coroutine a task runs ("" once it finished, or for a task that runs no coroutine)."""
+    frame = getattr(task.get_coro(), "cr_frame", None)
+    return str(frame.f_globals.get("__name__", "")) if frame is not None else ""
+
+
+async def _stop_leftovers(before: set[asyncio.Task[Any]]) -> None:
+    """Cancel and await the tasks of a crashed async run (those made since *before*, by LangGraph, LangChain or
+    our ledger: a database pool's own tasks stay)."""
+    me = asyncio.current_task()
+    left = [t for t in asyncio.all_tasks() - before if t is not me and _module_of(t).startswith(OURS)]
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
 
 
 #: The tests already told that their marker is not for a LangGraph app (told once each: their other cells skip).
