@@ -6,10 +6,10 @@ started, resumed and read back. LangGraph is imported only when a test drives a 
   cell's real saver (``InMemorySaver``, ``SqliteSaver``, ``PostgresSaver``, one per process: a forked child opens
   its own connection); it fires ``langgraph.after_put_writes`` once a task's writes are saved,
   ``langgraph.before_put`` before a step's checkpoint is saved and ``langgraph.after_put`` after.
-- :class:`ToolWatch`, a LangChain callback handler the harness passes with each run: a tool call that runs outside
-  our ledger (LangGraph's own ``ToolNode``) is logged as it starts and returns, as unrecorded, with the harness's
-  call identity (its ``AIMessage`` and index), and fires ``tool.before_invoke`` / ``tool.after_return`` around it.
-  Calls that go through the ledger (``ReplaySafeToolNode``) are logged by the ledger itself.
+  Its ``put_writes`` fires ``langgraph.late_put_writes`` too, LangGraph's background-save race played on purpose
+  (:mod:`.langgraph_race`).
+- The watcher of tool calls no ledger guards (:mod:`.langgraph_watch`), a LangChain callback handler passed with
+  each run.
 - :class:`LangGraphApp`: one ``crash_run.invoke`` of a LangGraph app. Resuming a crashed thread is what a LangGraph
   user does: ``invoke(None)`` when the thread has a checkpoint (LangGraph goes on from it and from the writes saved
   after it), the input again when the crash came before the first checkpoint was saved.
@@ -23,26 +23,20 @@ import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
 import pytest
 
 from pytest_replaysafe.judge.evidence import (
-    UNDECLARED,
-    UNRECORDED,
     Entry,
     ExecutionLog,
-    call_id_of,
-    fingerprint,
-    preview,
 )
+from pytest_replaysafe.run.langgraph_race import late_kill_held
+from pytest_replaysafe.run.langgraph_watch import tool_watch
 from pytest_replaysafe.run.witness import langgraph_declarations
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.graph.results import RunResult
-from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call, running_call
 from tenxgraph.integrations.langgraph.resuming import resume_input
 from tenxgraph.state.state import AgentState
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
@@ -191,61 +185,12 @@ def crash_point_saver(factory: Callable[[], tuple[BaseCheckpointSaver[Any], Any]
     return PerProcessSaver()
 
 
-#: How long the kill at ``langgraph.late_put_writes`` waits for a later tool call to return, in seconds.
-LATE_HOLD_S = 60.0
-
-
-def late_kill(
-    crash: Callable[[str, int], None], window: dict[str, str], settle: Callable[[], None] | None = None
-) -> Callable[[str, int], None]:
-    """The action at ``langgraph.late_put_writes``: LangGraph's race, played on purpose. LangGraph saves a task's
-    writes in a background thread, even with ``durability="sync"``, and goes on with the next steps; a kill in
-    that thread can land while a later step's tool runs. Here the saving thread holds the kill (*crash*) until the
-    next tool call has returned (``tool.after_return``: its effect done, its record not written), and that call
-    holds until the kill, then dies with the process: the call is the cell's *window*."""
-    from tenxgraph.core import crashpoints
-    from tenxgraph.core.crashpoints import CrashInjected
-
-    def fire(name: str, n: int) -> None:
-        returned, killed = threading.Event(), threading.Event()
-        _late_holding.set()  # (the point has fired; the process lives on until the kill)
-
-        def at_return(point: str, arrival: int) -> None:
-            call = current_tool_call()
-            window.setdefault("id", call_id_of(call.message_id, call.index) if call else "*")
-            if settle is not None:
-                settle()
-            returned.set()
-            killed.wait(LATE_HOLD_S)
-            raise CrashInjected(point, arrival)  # (in-process: this call dies with the process)
-
-        crashpoints.arm("tool.after_return", 1, at_return)
-        try:
-            if not returned.wait(LATE_HOLD_S):
-                raise RuntimeError(
-                    f"{name} (hit {n}): no later tool call returned within {LATE_HOLD_S:g}s, although one did in "
-                    "the clean run: the crashing run went another way than the clean run"
-                )
-        finally:
-            _late_holding.clear()
-        try:
-            crash(name, n)
-        finally:
-            killed.set()
-
-    return fire
-
-
-#: Set while the kill at ``langgraph.late_put_writes`` is held (see :func:`late_kill`): the process still lives.
-_late_holding = threading.Event()
-
-
 def _alive() -> None:
     """A crash point has fired in this process (an in-process crash): the process is dead, and writes nothing more
     (LangGraph saves a failed task's error as it unwinds; a killed process would not)."""
     from tenxgraph.core.crashpoints import CrashInjected, fired
 
-    done = [] if _late_holding.is_set() else fired()
+    done = [] if late_kill_held() else fired()
     if done:
         raise CrashInjected(*done[0])
 
@@ -254,112 +199,6 @@ async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     from tenxgraph.utils.sync import to_thread
 
     return await to_thread(fn, *args)
-
-
-# -- the watcher of unguarded tool calls ---------------------------------------------------------------------------
-def tool_watch(log: ExecutionLog, thread: str, declarations: Mapping[str, tuple[str | None, str | None]]) -> Any:
-    """A LangChain callback handler for one run on *thread* (see :class:`ToolWatch`); *declarations*: each guarded
-    tool's effect class and in-doubt policy, as the witness read them from the app
-    (:func:`~pytest_replaysafe.run.witness.langgraph_declarations`)."""
-    from langchain_core.callbacks import BaseCallbackHandler
-
-    from tenxgraph.integrations.langgraph.messages import find_call, messages_of
-
-    class ToolWatch(BaseCallbackHandler):
-        """Logs the calls no ledger guards, and fires the tool crash points around them."""
-
-        run_inline = True  # in the tool's own thread and context, before and after its body
-        raise_error = True
-
-        def __init__(self) -> None:
-            self.inputs: dict[UUID, Any] = {}
-            self.parents: dict[UUID, UUID | None] = {}
-            self.calls: dict[UUID, tuple[ToolCallInfo, ExitStack]] = {}
-            self.bodies: dict[UUID, Entry] = {}  # ledger-guarded calls under way: their witness's body event
-
-        def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, **kw: Any) -> None:
-            self.inputs[run_id], self.parents[run_id] = inputs, kw.get("parent_run_id")
-
-        def _find(self, parent: UUID | None, tool_call_id: str | None) -> tuple[str, int] | None:
-            while parent is not None:
-                found = find_call(messages_of(self.inputs.get(parent)), tool_call_id)
-                if found is not None and found[0].id is not None:
-                    return found[0].id, found[1]
-                parent = self.parents.get(parent)
-            return None
-
-        def on_tool_start(self, serialized: Any, input_str: str, *, run_id: UUID, **kw: Any) -> None:
-            name, call_id = str((serialized or {}).get("name")), kw.get("tool_call_id")
-            found = self._find(kw.get("parent_run_id"), call_id)
-            if found is None:
-                return  # a tool called outside a tool node: not a call the model asked for
-            guarded = current_tool_call()
-            if guarded is not None:  # a ReplaySafeToolNode call: the ledger logs it; the witness sees its body
-                self.bodies[run_id] = self._witness(guarded, found, name)
-                return
-            message_id, index = found
-            info = ToolCallInfo(thread, message_id, call_id, name, index, None)  # no ledger key: none guards it
-            stack = ExitStack()
-            stack.enter_context(running_call(info))  # the call's crash window; its effects are attributed to it
-            try:
-                crash_point("tool.before_invoke")
-            except BaseException:
-                stack.close()
-                raise
-            self._log(info, "start")
-            self.calls[run_id] = (info, stack)
-
-        def on_tool_end(self, output: Any, *, run_id: UUID, **kw: Any) -> None:
-            self._ended(run_id, getattr(output, "content", output), getattr(output, "status", None) == "error")
-
-        def on_tool_error(self, error: BaseException, *, run_id: UUID, **kw: Any) -> None:
-            self._ended(run_id, f"{type(error).__name__}: {error}", True)
-
-        def _witness(self, info: ToolCallInfo, found: tuple[str, int], name: str) -> Entry:
-            """The harness's own view of a body the ledger runs: the key it gets (``current_idempotency_key()``
-            in its context) and, at its end, its outcome (LangGraph's ``ToolMessage.status``, or its error)."""
-            from tenxgraph.integrations.langgraph import current_idempotency_key
-
-            call, key = call_id_of(*found), current_idempotency_key()
-            if name in declarations:
-                effect, policy = declarations[name]
-                body = Entry(info.thread_id, info.execution_id, "body", name, policy=policy, effect=effect, ikey=key,
-                             call=call, via="langgraph")  # fmt: skip
-            else:
-                body = Entry(info.thread_id, info.execution_id, "body", name, ikey=key, call=call, via=UNDECLARED)
-            log.write(body)
-            return body
-
-        def _ended(self, run_id: UUID, output: Any, error: bool) -> None:
-            body = self.bodies.pop(run_id, None)
-            if body is not None:
-                log.write(Entry(body.thread, body.id, "body_end", body.tool, error=error, call=body.call, via=body.via))
-            found = self.calls.pop(run_id, None)
-            if found is None:
-                return
-            info, stack = found
-            self._log(info, "end", output, error)
-            with stack:
-                crash_point("tool.after_return")
-
-        def _log(self, info: ToolCallInfo, event: str, output: Any = None, error: bool = False) -> None:
-            ended = event == "end"
-            log.write(
-                Entry(
-                    thread=info.thread_id,
-                    id=info.execution_id,
-                    event=event,
-                    tool=info.tool,
-                    fp=fingerprint(output) if ended else None,
-                    error=error,
-                    cond=UNRECORDED,
-                    call=call_id_of(info.message_id, info.index),
-                    t=round(time.monotonic(), 6),
-                    out=preview(output) if ended else None,
-                )
-            )
-
-    return ToolWatch()
 
 
 # -- one drive of a LangGraph app -----------------------------------------------------------------------------

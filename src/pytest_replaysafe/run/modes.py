@@ -136,7 +136,7 @@ def arm_crash(
         return fire
 
     if point == "langgraph.late_put_writes":  # (a LangGraph race: the kill waits for a later call's return)
-        from pytest_replaysafe.run.langgraph_app import late_kill
+        from pytest_replaysafe.run.langgraph_race import late_kill
 
         crashpoints.arm(point, hit, late_kill(crash, window, settle))
     elif point == "ledger.read_error":

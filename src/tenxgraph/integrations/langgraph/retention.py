@@ -11,12 +11,33 @@ finished, and its records older than *older_than* go, with those of our own fini
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
-
-from tenxgraph.storage.checkpointer.base import BaseCheckpointer
+from typing import Any, Protocol
 
 __all__ = ["aprune_ledger", "prune_ledger"]
+
+
+class Prunable(Protocol):
+    """The ledger's retention job, as every checkpointer has it (``BaseCheckpointer.aprune_tool_executions``)."""
+
+    def prune_tool_executions(
+        self,
+        older_than: timedelta,
+        *,
+        include_resumable: bool = ...,
+        finished: Sequence[str] = ...,
+        batch_size: int = ...,
+    ) -> int: ...
+
+    async def aprune_tool_executions(
+        self,
+        older_than: timedelta,
+        *,
+        include_resumable: bool = ...,
+        finished: Sequence[str] = ...,
+        batch_size: int = ...,
+    ) -> int: ...
 
 
 def _saver(app: Any) -> Any:
@@ -41,13 +62,13 @@ async def afinished_threads(app: Any) -> list[str]:
     return sorted([t for t in threads if not (await app.aget_state({"configurable": {"thread_id": t}})).next])
 
 
-def prune_ledger(ledger: BaseCheckpointer, app: Any, older_than: timedelta, *, batch_size: int = 1000) -> int:
+def prune_ledger(ledger: Prunable, app: Any, older_than: timedelta, *, batch_size: int = 1000) -> int:
     """Delete the ledger records older than *older_than* of the threads *app*'s saver shows finished and of our own
     finished threads; return how many were deleted. Every other record stays (see the module's text)."""
     return ledger.prune_tool_executions(older_than, finished=finished_threads(app), batch_size=batch_size)
 
 
-async def aprune_ledger(ledger: BaseCheckpointer, app: Any, older_than: timedelta, *, batch_size: int = 1000) -> int:
+async def aprune_ledger(ledger: Prunable, app: Any, older_than: timedelta, *, batch_size: int = 1000) -> int:
     """:func:`prune_ledger` in async code (an async saver's graph)."""
     finished = await afinished_threads(app)
     return await ledger.aprune_tool_executions(older_than, finished=finished, batch_size=batch_size)

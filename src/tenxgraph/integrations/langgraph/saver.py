@@ -15,7 +15,7 @@ fires there::
 LangGraph saves a task's writes in a background thread and goes on with the next steps (``durability="sync"``
 waits for a step's checkpoint, not for its tasks' writes): a kill at ``langgraph.after_put_writes`` can land while
 a later step's tool runs. The crash matrix plays that order on purpose at ``langgraph.late_put_writes``, a point
-of its own saver (``pytest_replaysafe.run.langgraph_app.late_kill``); this wrapper does not fire it.
+of its own saver (``pytest_replaysafe.run.langgraph_race``); this wrapper does not fire it.
 
 Everything else goes to the wrapped saver unchanged; its async methods to the wrapped saver's async ones (wrap
 ``AsyncSqliteSaver`` / ``AsyncPostgresSaver`` for an async graph). Disarmed, a point costs one global check: the
