@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 from langgraph.types import Command, interrupt
 
@@ -56,9 +56,9 @@ class Support:
             return {"messages": [AIMessage("", tool_calls=asks, id="ai-1")]}
 
         graph = StateGraph(MessagesState)
-        graph.add_node("agent", model)
-        graph.add_node("tools", ReplaySafeToolNode([refund_order, ask_person], ledger=ledger))
-        graph.add_edge(START, "agent")
+        for name, node in (("agent", model), ("tools", ReplaySafeToolNode([refund_order, ask_person], ledger=ledger))):
+            graph.add_node(name, node)
+        graph.set_entry_point("agent")  # (the agent, its tools when it asks for some, the agent again)
         graph.add_conditional_edges("agent", tools_condition)
         graph.add_edge("tools", "agent")
         self.app = graph.compile(checkpointer=saver)

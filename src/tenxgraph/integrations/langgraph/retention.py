@@ -15,20 +15,13 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
+from tenxgraph.utils.sync import run_sync
+
 __all__ = ["aprune_ledger", "prune_ledger"]
 
 
 class Prunable(Protocol):
     """The ledger's retention job, as every checkpointer has it (``BaseCheckpointer.aprune_tool_executions``)."""
-
-    def prune_tool_executions(
-        self,
-        older_than: timedelta,
-        *,
-        include_resumable: bool = ...,
-        finished: Sequence[str] = ...,
-        batch_size: int = ...,
-    ) -> int: ...
 
     async def aprune_tool_executions(
         self,
@@ -65,7 +58,8 @@ async def afinished_threads(app: Any) -> list[str]:
 def prune_ledger(ledger: Prunable, app: Any, older_than: timedelta, *, batch_size: int = 1000) -> int:
     """Delete the ledger records older than *older_than* of the threads *app*'s saver shows finished and of our own
     finished threads; return how many were deleted. Every other record stays (see the module's text)."""
-    return ledger.prune_tool_executions(older_than, finished=finished_threads(app), batch_size=batch_size)
+    finished = finished_threads(app)
+    return run_sync(ledger.aprune_tool_executions(older_than, finished=finished, batch_size=batch_size))
 
 
 async def aprune_ledger(ledger: Prunable, app: Any, older_than: timedelta, *, batch_size: int = 1000) -> int:
