@@ -82,7 +82,8 @@ class CrashPoint:
 
 _HANDLER = "tenxgraph.core.graph.utils.invoke_node_handler"
 _TRANSACTIONAL = ("tenxgraph.core.graph.utils.transactional",)
-_LANGGRAPH = "pytest_replaysafe.run.langgraph_app"  # the watcher of a bare ToolNode's calls
+_LANGGRAPH = "pytest_replaysafe.run.langgraph_watch"  # the watcher of a bare ToolNode's calls
+_LANGGRAPH_HARNESS = "pytest_replaysafe.run.langgraph_app"  # the harness's saver (its own point)
 _LANGGRAPH_SAVER = "tenxgraph.integrations.langgraph.saver"  # CrashPointSaver, around a LangGraph saver
 #: Every built-in point, in the order the points fire in a run.
 POINTS: tuple[CrashPoint, ...] = (
@@ -162,7 +163,7 @@ POINTS: tuple[CrashPoint, ...] = (
         "crash",
         "LangGraph's background thread saved a task's writes while a later step's tool call ran: the kill lands "
         "once that call has returned, before its record (crash matrix only)",
-        _LANGGRAPH,
+        _LANGGRAPH_HARNESS,
     ),
 )
 #: The points of a LangGraph app (``@pytest.mark.crash_matrix(framework="langgraph")``): LangGraph's step
