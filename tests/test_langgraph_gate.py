@@ -246,8 +246,8 @@ def test_every_wrapper_mutant_is_caught_for_its_own_reason(tmp_path: Path) -> No
 def test_langgraphs_background_save_is_played_on_purpose_and_its_gap_named(control: dict[str, Any]) -> None:
     """LangGraph saves a task's writes in a background thread and goes on (durability='sync' too): at
     ``langgraph.late_put_writes`` the kill waits for a later tool call's return, in every cell, not by chance. The
-    held call runs again on resume: the wrapper's known gap (named for LangGraph's race), the bare node's
-    violations (its finished siblings again), the transactional refund once."""
+    held call runs again on resume: the wrapper's known gap (named for LangGraph's race), the bare node's too
+    (and its finished siblings again: violations, as its threads race), the transactional refund once."""
     late = "langgraph.late_put_writes"
     safe = [c for c in of_test(control["example"], "test_replay_safe_tool_node") if c["point"] == late]
     assert {c["mode"] for c in safe} == {"inprocess", "sigkill", "stream"} and len(safe) == 3 * 8
@@ -259,6 +259,6 @@ def test_langgraphs_background_save_is_played_on_purpose_and_its_gap_named(contr
         crash = steps.index(("crash", "crash"))
         assert ("run", "end") in steps[:crash] and "AGAIN" in str(cell["timeline"][crash + 1 :])
     bare = [c for c in of_test(control["example"], "test_bare_tool_node") if c["point"] == late]
-    assert any(c["outcome"] == "violation" and "executed 2 times" in c["detail"] for c in bare), outcomes(bare)
+    assert bare and all(c["outcome"] in ("violation", "known_gap") for c in bare), outcomes(bare)  # (run again)
     made = [c for c in of_test(control["example"], "test_transactional_refund") if c["point"] == late]
     assert made and all(c["outcome"] in ("known_gap", "exactly_once") for c in made), outcomes(made)
