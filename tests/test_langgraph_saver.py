@@ -115,6 +115,10 @@ CHILD = """
 """
 
 
+#: The child's tool bodies, as its effects log names them: the first turn's three calls, then the next turn's.
+FIRST_TURN, NEXT_TURN = {"refund:A", "email:ada", "refund:B"}, "refund:C"
+
+
 def run_child(work: Path, wrapped: bool, crash_at: str | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != crashpoints.ENV_CRASH_AT}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")])
@@ -128,15 +132,18 @@ def run_child(work: Path, wrapped: bool, crash_at: str | None) -> subprocess.Com
 def test_tenxgraph_crash_at_kills_a_process_at_a_langgraph_point_of_sqlite_saver(tmp_path: Path) -> None:
     """A user's own kill test: ``TENXGRAPH_CRASH_AT=langgraph.after_put_writes:3:kill`` kills the child (SIGKILL)
     once the tool node's writes are saved (the input's and the model's came first); a plain resume finishes the
-    run, and every tool body ran once."""
+    run, and the first turn's calls, recorded before the kill, ran once each. LangGraph saves those writes in a
+    background thread while the next steps run: the next turn's call may have run before the kill landed, and then
+    runs again (its record was not written: the race docs/langgraph.md describes at langgraph.late_put_writes)."""
     killed = run_child(tmp_path, wrapped=True, crash_at="langgraph.after_put_writes:3:kill")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     before = (tmp_path / "effects.log").read_text().split()
-    assert len(before) == 3, before  # the first message's three calls ran; the kill came before the next turn
+    assert set(before[:3]) == FIRST_TURN and before[3:] in ([], [NEXT_TURN]), before
     resumed = run_child(tmp_path, wrapped=True, crash_at=None)
     assert resumed.returncode == 0 and resumed.stdout.strip() == "done", resumed.stderr
     effects = (tmp_path / "effects.log").read_text().split()
-    assert sorted(effects) == sorted(set(effects)) and len(effects) == 4, effects  # 4 tool bodies, each once
+    assert all(effects.count(e) == 1 for e in FIRST_TURN) and set(effects) == FIRST_TURN | {NEXT_TURN}, effects
+    assert effects.count(NEXT_TURN) == 1 + len(before[3:]), effects  # (again only if it had run before the kill)
 
 
 def test_tenxgraph_crash_at_never_fires_without_the_wrapper(tmp_path: Path) -> None:
