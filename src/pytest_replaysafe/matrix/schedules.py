@@ -28,6 +28,9 @@ from pytest_replaysafe.matrix.orders import Orders
 
 #: Where the resume recovers: its first arrival at each of these is always among the second crashes run.
 REPLAY_PATH = ("tool.before_ledger_read", "tool.after_record", "node.after_complete", "run.after_advance")
+#: Points that are never a second crash: ``langgraph.late_put_writes`` holds its kill for a later tool call's
+#: return, which only the clean run tells it will come (a first crash's hits are learned there).
+FIRST_ONLY = frozenset({"langgraph.late_put_writes"})
 #: Modes a depth-2 schedule runs in (``concurrent`` resumes through a contest of its own).
 DEPTH_MODES = frozenset({"inprocess", "stream", "sigkill"})
 
@@ -105,7 +108,7 @@ def candidates(first: list[tuple[int, int]], counts: Mapping[tuple[int, int], Ma
     out: list[Plan] = []
     for hit, order in first:
         for point, n in sorted(counts.get((hit, order), {}).items()):
-            if get_crash_point(point).kind == "crash":
+            if get_crash_point(point).kind == "crash" and point not in FIRST_ONLY:
                 out += [(hit, order, SecondCrash(point, j)) for j in range(1, n + 1)]
     return out
 

@@ -26,7 +26,7 @@ def late_kill_held() -> bool:
 
 
 #: How long the kill at ``langgraph.late_put_writes`` waits for a later tool call to return, in seconds.
-LATE_HOLD_S = 60.0
+LATE_HOLD_S = 20.0
 
 
 def late_kill(
