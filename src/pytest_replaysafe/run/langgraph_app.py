@@ -28,10 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_replaysafe.judge.evidence import (
-    Entry,
-    ExecutionLog,
-)
+from pytest_replaysafe.judge.evidence import Entry, ExecutionLog
 from pytest_replaysafe.run.langgraph_race import late_kill_held
 from pytest_replaysafe.run.langgraph_watch import tool_watch
 from pytest_replaysafe.run.witness import langgraph_declarations
@@ -154,8 +151,8 @@ def crash_point_saver(factory: Callable[[], tuple[BaseCheckpointSaver[Any], Any]
         def late_reach(self, thread: str, entries: Sequence[Entry]) -> int:
             """The hits of ``langgraph.late_put_writes`` in the clean run on *thread* that a later tool call's
             return followed (only those can play the race): the saves before the last return in *entries*."""
-            returns = [e.t for e in entries if e.event == "end" and e.t is not None]
-            return sum(1 for t in self.saved_writes.get(thread, []) if returns and t < max(returns))
+            last = max((e.t for e in entries if e.event == "end" and e.t is not None), default=None)
+            return 0 if last is None else sum(1 for t in self.saved_writes.get(thread, []) if t < last)
 
         def close(self) -> None:
             for pid, closer in self._closers:
