@@ -521,7 +521,9 @@ def test_an_interrupt_in_a_tool_passes_through_unrecorded_and_the_resumed_call_i
     assert "__interrupt__" in first and ledger.list_tool_results("t1") == {}  # nothing recorded at the interrupt
     result = app.invoke(Command(resume="yes"), CFG)
     assert [m.content for m in tool_messages(result)] == ["refunded A: yes"] and approved == ["yes"]
-    assert len(ledger.list_tool_results("t1")) == 1
+    records = ledger.list_tool_results("t1")  # the call's result, and the answer it consumed (recorded first)
+    assert sorted(r["kind"] for r in records.values()) == ["decision", "value"]
+    assert [r["value"] for r in records.values() if r["kind"] == "decision"] == ["yes"]
 
 
 def test_tools_from_an_mcp_server_get_their_effect_class_from_their_annotations(ledger: Any) -> None:

@@ -92,7 +92,7 @@ def test_a_paused_langgraph_thread_keeps_its_records_through_a_prune_and_runs_no
     result = agent.answer(PAUSED)
     assert result["messages"][-1].content == "done" and agent.refunds == ["1042"]  # replayed, not run again
     assert prune_ledger(ledger, agent.app, timedelta(days=1)) == 0  # finished now, but younger than a day
-    assert prune_ledger(ledger, agent.app, timedelta(0)) == 2 and ledger.list_tool_results("paused") == {}
+    assert prune_ledger(ledger, agent.app, timedelta(0)) == 3 and ledger.list_tool_results("paused") == {}
 
 
 def test_a_prune_that_ignores_the_pause_makes_the_refund_run_again(support: Any) -> None:
@@ -109,7 +109,7 @@ def test_prune_ledger_prunes_finished_threads_and_only_those(support: Any) -> No
     agent.start(DONE)
     agent.answer(DONE)
     agent.start(PAUSED)
-    assert prune_ledger(ledger, agent.app, timedelta(0)) == 2
+    assert prune_ledger(ledger, agent.app, timedelta(0)) == 3  # the refund, the question, its answer (a decision)
     assert ledger.list_tool_results("done") == {} and len(ledger.list_tool_results("paused")) == 1
 
 
@@ -119,7 +119,7 @@ def test_aprune_ledger_reads_the_savers_async_methods() -> None:
     agent.start(DONE)
     agent.answer(DONE)
     agent.start(PAUSED)
-    assert asyncio.run(aprune_ledger(ledger, agent.app, timedelta(0))) == 2
+    assert asyncio.run(aprune_ledger(ledger, agent.app, timedelta(0))) == 3
     assert ledger.list_tool_results("done") == {} and len(ledger.list_tool_results("paused")) == 1
 
 

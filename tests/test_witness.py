@@ -109,3 +109,16 @@ def test_the_witness_maps_mcp_annotations_as_the_integration_documents(hints: di
     assert witness.mcp_declaration("t", annotations, told) == ("idempotent", None)
     retried = witness.mcp_declaration("t", annotations, ToolOptions(on_in_doubt={"t": "retry"}))
     assert retried == (made.value, "retry" if made.value == "external" else None)
+
+
+def test_the_log_reads_whole_lines_only_while_a_leftover_thread_writes_one(tmp_path: Path) -> None:
+    """A crashed run's leftover tool thread may be writing a line while the judge reads: the half line is left for
+    the next read (seen in CI: a JSONDecodeError at an MCP cell of depth 2)."""
+    log = ExecutionLog(tmp_path / "log.jsonl")
+    log.write(Entry(thread="t", id="k1", event="body"))
+    with log.path.open("a") as f:
+        f.write('{"thread": "t", "id": "k2", "event": "bod')  # (the writer's line, half written)
+    assert [e.id for e in log.entries("t")] == ["k1"]
+    with log.path.open("a") as f:
+        f.write('y"}\n')
+    assert [(e.id, e.event) for e in log.entries("t")] == [("k1", "body"), ("k2", "body")]

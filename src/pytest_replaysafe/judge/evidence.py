@@ -153,7 +153,9 @@ class ExecutionLog:
     def entries(self, thread: str) -> list[Entry]:
         if not self.path.exists():
             return []
-        rows = (json.loads(line) for line in self.path.read_text().splitlines() if line.strip())
+        # (only whole lines: a run's leftover thread may be writing one right now, and a read can see half of it)
+        whole = self.path.read_text().rpartition("\n")[0]
+        rows = (json.loads(line) for line in whole.splitlines() if line.strip())
         return [Entry(**row) for row in rows if row["thread"] == thread]
 
 

@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tenxgraph.integrations.langgraph.messages import to_messages
     from tenxgraph.integrations.langgraph.middleware import ReplaySafeMiddleware
+    from tenxgraph.integrations.langgraph.node import ReplaySafeToolNode
     from tenxgraph.integrations.langgraph.resuming import aresume, resume
     from tenxgraph.integrations.langgraph.retention import aprune_ledger, prune_ledger
     from tenxgraph.integrations.langgraph.saver import CrashPointSaver
-    from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls, ReplaySafeToolNode, current_idempotency_key
+    from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls, current_idempotency_key
     from tenxgraph.integrations.langgraph.transaction import current_transaction
 
 __all__ = [
@@ -50,7 +51,7 @@ _WHERE = {
     "CrashPointSaver": "tenxgraph.integrations.langgraph.saver",
     "ReplaySafeMiddleware": "tenxgraph.integrations.langgraph.middleware",
     "ReplaySafeToolCalls": "tenxgraph.integrations.langgraph.tools",
-    "ReplaySafeToolNode": "tenxgraph.integrations.langgraph.tools",
+    "ReplaySafeToolNode": "tenxgraph.integrations.langgraph.node",
     "to_messages": "tenxgraph.integrations.langgraph.messages",
     "current_idempotency_key": "tenxgraph.integrations.langgraph.tools",
     "current_transaction": "tenxgraph.integrations.langgraph.transaction",

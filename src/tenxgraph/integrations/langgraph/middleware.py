@@ -1,6 +1,6 @@
 """The ledger as agent middleware for ``langchain``'s ``create_agent`` (``pip install langchain``):
 ``create_agent(model, tools, middleware=[ReplaySafeMiddleware(ledger=...)], checkpointer=saver)``. The same
-protection as :class:`~tenxgraph.integrations.langgraph.tools.ReplaySafeToolNode`, through the agent's own
+protection as :class:`~tenxgraph.integrations.langgraph.node.ReplaySafeToolNode`, through the agent's own
 ``ToolNode``; put it first in ``middleware`` so that it is outermost (a retrying middleware inside it is then one
 recorded call)."""
 

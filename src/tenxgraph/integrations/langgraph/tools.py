@@ -1,5 +1,6 @@
 """LangGraph's ``ToolNode`` with our ledger around each call: :class:`ReplaySafeToolCalls` (the
-``wrap_tool_call`` / ``awrap_tool_call`` pair) and :class:`ReplaySafeToolNode` (a ``ToolNode`` that uses it).
+``wrap_tool_call`` / ``awrap_tool_call`` pair; :class:`~tenxgraph.integrations.langgraph.node.ReplaySafeToolNode`
+is a ``ToolNode`` that uses it).
 
 LangGraph runs the calls of one ``AIMessage`` concurrently and hands each to the wrapper on its own; the wrapper
 calls the ledger's public entry (:func:`tenxgraph.ledger.invoke_tool_call`) with:
@@ -31,14 +32,21 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
-from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from tenxgraph.integrations.langgraph.messages import assistant_message, find_call, messages_of
+from tenxgraph.integrations.langgraph.pauses import (
+    ApprovalRule,
+    Pause,
+    check_rule,
+    consume_once,
+    needs_approval,
+    resume_values,
+)
 from tenxgraph.ledger import (
     TX_PARAM,
     CallGroups,
@@ -54,6 +62,7 @@ from tenxgraph.ledger import (
     effect_from_hints,
     in_transaction,
     invoke_tool_call,
+    ledger_key,
     result_message_id,
 )
 from tenxgraph.state.messages import JSON
@@ -61,7 +70,7 @@ from tenxgraph.utils.constants import LOGGER_NAME, TOOL_TIMEOUT
 from tenxgraph.utils.errors import ConfigError
 from tenxgraph.utils.sync import run_sync, to_thread
 
-__all__ = ["ReplaySafeToolCalls", "ReplaySafeToolNode", "current_idempotency_key"]
+__all__ = ["ReplaySafeToolCalls", "current_idempotency_key"]
 log = logging.getLogger(LOGGER_NAME)
 
 #: Where LangGraph keeps a run's ``durability`` in its config (absent: its default, ``"async"``).
@@ -87,14 +96,16 @@ class ToolCallsOptions(TypedDict, total=False):
     effects: Mapping[str, str] | None
     on_in_doubt: Mapping[str, str] | None
     reconcile: Mapping[str, Reconcile] | None
+    approvals: Mapping[str, ApprovalRule] | None
 
 
 class ReplaySafeToolCalls:
     """The ledger as LangGraph tool-call wrappers: ``ToolNode(tools, wrap_tool_call=calls.wrap_tool_call,
     awrap_tool_call=calls.awrap_tool_call)`` (sync and async graphs). *ledger*: the checkpointer that holds the
     records (``SqliteCheckpointer``, ``PgCheckpointer``, ``InMemoryCheckpointer``); LangGraph's own saver keeps
-    the graph's state as before. *effects*, *on_in_doubt*, *reconcile*: per tool name, as ``@tool(...)`` takes
-    them (a tool's ``metadata`` may say them too)."""
+    the graph's state as before. *effects*, *on_in_doubt*, *reconcile*, *approvals*: per tool name, as
+    ``@tool(...)`` takes them (a tool's ``metadata`` may say them too); a step LangGraph resumes is consumed once
+    across resumers (:mod:`.pauses`)."""
 
     def __init__(
         self,
@@ -104,6 +115,7 @@ class ReplaySafeToolCalls:
         effects: Mapping[str, str] | None = None,
         on_in_doubt: Mapping[str, str] | None = None,
         reconcile: Mapping[str, Reconcile] | None = None,
+        approvals: Mapping[str, ApprovalRule] | None = None,
         messages_key: str = "messages",
     ) -> None:
         if not isinstance(ledger, LedgerStore):
@@ -117,6 +129,9 @@ class ReplaySafeToolCalls:
         self.effects = dict(effects or {})
         self.on_in_doubt = dict(on_in_doubt or {})
         self.reconcile = dict(reconcile or {})
+        self.approvals = dict(approvals or {})
+        #: How long a resumer waits for the lock of a call another resumer of the same pause runs (pauses.py).
+        self.lock_wait = (tool_timeout or TOOL_TIMEOUT) + 30.0
         self.messages_key = messages_key
         self._durability_warned = False
         self._groups = CallGroups()  # what each AIMessage's calls under way share (tenxgraph.ledger.CallGroups)
@@ -125,6 +140,7 @@ class ReplaySafeToolCalls:
         """Check every tool's effect class and in-doubt policy now (a ``ConfigError`` naming the tool)."""
         for tool in tools:
             self._policy(tool)
+            self._approval(tool)
 
     # -- the wrappers ------------------------------------------------------------------------------------------
     def wrap_tool_call(self, request: ToolCallRequest, execute: Execute) -> Result:
@@ -158,6 +174,32 @@ class ReplaySafeToolCalls:
             return await execute(request)
         ai, index = found
         self._check_durability(request, thread_id)
+        config = getattr(request.runtime, "config", None)
+        answers = resume_values(config)  # (a step LangGraph resumes: its calls are consumed once, pauses.py)
+        asks = request.tool is not None and needs_approval(self._approval(request.tool), call.get("args") or {})
+        if not answers and not asks:
+            return await self._record(request, execute, sync_execute, ai, index, thread_id)
+        key = ledger_key(ai.id, call.get("id")) or ""
+        pause = Pause(self.ledger, thread_id, str(ai.id), key, call, config, answers, asks, self.lock_wait)
+
+        async def run(rejected: str | None) -> Result:
+            if rejected is None:
+                return await self._record(request, execute, sync_execute, ai, index, thread_id)
+            return await self._record(request, *_rejecting(request, rejected), ai, index, thread_id)
+
+        return await consume_once(pause, run)
+
+    async def _record(
+        self,
+        request: ToolCallRequest,
+        execute: AsyncExecute,
+        sync_execute: Execute | None,
+        ai: AIMessage,
+        index: int,
+        thread_id: str,
+    ) -> Result:
+        """The call through the ledger: replayed from its record, or run and recorded."""
+        call = request.tool_call
         fresh: list[Result] = []  # what LangGraph's execute returned, when the tool ran here
         tool = self._ledger_tool(request, execute, sync_execute, fresh)
         message = assistant_message(ai)
@@ -250,6 +292,10 @@ class ReplaySafeToolCalls:
         holds it), ``"async"`` (PostgreSQL), or None (a store that has none)."""
         return getattr(self.ledger, "transactions", None)
 
+    def _approval(self, tool: BaseTool) -> ApprovalRule | None:
+        """The tool's approval rule, given to the constructor or in its ``metadata`` (None: it needs none)."""
+        return check_rule(tool.name, self.approvals.get(tool.name, (tool.metadata or {}).get("approval")))
+
     def _policy(self, tool: BaseTool) -> tuple[str | None, Reconcile | None, Effect | None]:
         """``(on_in_doubt, reconcile, effect)`` of a LangChain tool, checked."""
         meta = tool.metadata or {}
@@ -270,66 +316,6 @@ class ReplaySafeToolCalls:
         return policy, reconcile, effect
 
 
-class ReplaySafeToolNode(ToolNode):
-    """LangGraph's ``ToolNode`` whose calls go through our ledger: ``ReplaySafeToolNode(tools, ledger=...)``, a
-    drop-in for ``ToolNode(tools)`` (every other ``ToolNode`` argument is passed on; a ``wrap_tool_call`` of your
-    own runs inside the ledger's, so its retries are one recorded call). See :class:`ReplaySafeToolCalls`."""
-
-    def __init__(
-        self,
-        tools: Sequence[BaseTool | Callable[..., Any]],
-        *,
-        ledger: LedgerStore,
-        effects: Mapping[str, str] | None = None,
-        on_in_doubt: Mapping[str, str] | None = None,
-        reconcile: Mapping[str, Reconcile] | None = None,
-        tool_timeout: float | None = TOOL_TIMEOUT,
-        **kwargs: Any,
-    ) -> None:
-        calls = ReplaySafeToolCalls(
-            ledger, tool_timeout=tool_timeout, effects=effects, on_in_doubt=on_in_doubt, reconcile=reconcile,
-            messages_key=kwargs.get("messages_key", "messages"),
-        )  # fmt: skip
-        inner, ainner = kwargs.pop("wrap_tool_call", None), kwargs.pop("awrap_tool_call", None)
-        super().__init__(
-            tools, wrap_tool_call=_outer(calls, inner), awrap_tool_call=_aouter(calls, ainner, inner), **kwargs
-        )
-        calls.check(list(self.tools_by_name.values()))
-        unknown = sorted(set(calls.effects) | set(calls.on_in_doubt) | set(calls.reconcile))
-        unknown = [name for name in unknown if name not in self.tools_by_name]
-        if unknown:
-            raise ConfigError(
-                f"ReplaySafeToolNode: no tool named {', '.join(map(repr, unknown))}; its tools: "
-                f"{', '.join(self.tools_by_name)}"
-            )
-        self.replay_safe = calls
-
-
-def _outer(
-    calls: ReplaySafeToolCalls, inner: Callable[[ToolCallRequest, Execute], Result] | None
-) -> Callable[[ToolCallRequest, Execute], Result]:
-    if inner is None:
-        return calls.wrap_tool_call
-    return lambda request, execute: calls.wrap_tool_call(request, lambda req: inner(req, execute))
-
-
-def _aouter(
-    calls: ReplaySafeToolCalls,
-    ainner: Callable[[ToolCallRequest, AsyncExecute], Awaitable[Result]] | None,
-    inner: Callable[[ToolCallRequest, Execute], Result] | None,
-) -> Callable[[ToolCallRequest, AsyncExecute], Awaitable[Result]]:
-    if ainner is None and inner is not None:
-        raise ConfigError("ReplaySafeToolNode: give awrap_tool_call with wrap_tool_call (the async graph needs it)")
-    if ainner is None:
-        return calls.awrap_tool_call
-
-    async def wrapped(request: ToolCallRequest, execute: AsyncExecute) -> Result:
-        assert ainner is not None
-        return await calls.awrap_tool_call(request, lambda req: ainner(req, execute))
-
-    return wrapped
-
-
 class _Bubble(BaseException):
     """Carries LangGraph's ``GraphBubbleUp`` (an ``interrupt()``, a command for the parent graph) through the ledger,
     which records what an ``Exception`` says; this is no result of the call."""
@@ -337,6 +323,19 @@ class _Bubble(BaseException):
     def __init__(self, inner: GraphBubbleUp) -> None:
         super().__init__(str(inner))
         self.inner = inner
+
+
+def _rejecting(request: ToolCallRequest, text: str) -> tuple[AsyncExecute, Execute]:
+    """LangGraph's ``execute`` pair for a rejected call: its answer, an error ``ToolMessage`` saying so."""
+    call = request.tool_call
+
+    def reject(_: ToolCallRequest) -> Result:
+        return ToolMessage(content=text, tool_call_id=call.get("id") or "", name=call.get("name"), status="error")
+
+    async def areject(req: ToolCallRequest) -> Result:
+        return reject(req)
+
+    return areject, reject
 
 
 def _thread_of(request: ToolCallRequest) -> str:

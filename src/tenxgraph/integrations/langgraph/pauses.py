@@ -1,0 +1,208 @@
+"""LangGraph's ``interrupt()`` consumed once: a tool step that LangGraph resumes (``Command(resume=...)``) runs
+each of its calls under that call's lock, and the answers it brings are recorded in the ledger first.
+
+LangGraph itself lets every process that resumes one parked interrupt run the resumed step: k resumers, k
+refunds. Under :class:`~tenxgraph.integrations.langgraph.tools.ReplaySafeToolCalls` a resumed step (LangGraph's
+scratchpad holds answers for it) goes, call by call:
+
+1. under the call's lock (the ledger's own run lock, named after the thread and the call: a PostgreSQL advisory
+   lock, a byte of SQLite's lock file; released when its process dies), waiting while another resumer holds it;
+2. its answers are recorded under ``decision:{message id}:{n}`` (the step's n-th answer), first write wins: a
+   resumer whose answer differs from the recorded one is refused with ``InterruptDecidedError`` before anything
+   runs (the recorded one stands); the same answer again goes on;
+3. then through the ledger as any call: the one resumer that runs it records its result, and every later one
+   (it waited for the lock) replays that record: one effect, one stored ``ToolMessage``, agreeing with the ledger.
+
+A fresh step pays nothing of this. And approvals: a tool declared ``approval`` (``approvals={"refund": True}`` on
+the node or middleware, or ``metadata={"approval": True}``, or a predicate on the call's arguments) asks with
+LangGraph's own ``interrupt({"kind": "approval", ...})`` before it runs, unless its call was recorded; ``True``
+approves, ``False`` or a reason string rejects (an error ``ToolMessage`` naming it, recorded: it never runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tenxgraph.core.tools.interrupts import APPROVAL, is_approved, rejection_text
+from tenxgraph.ledger import LedgerStore
+from tenxgraph.state.messages import JSON
+from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.errors import ConfigError, InterruptDecidedError, ThreadBusyError
+
+log = logging.getLogger(LOGGER_NAME)
+R = TypeVar("R")
+
+#: Where LangGraph keeps a task's scratchpad (its answers to the task's interrupts) in the task's config.
+SCRATCHPAD_KEY = "__pregel_scratchpad"
+#: An approval rule: always, never, or a predicate on the call's arguments (as ``@tool(approval=...)``).
+ApprovalRule = bool | Callable[[dict[str, Any]], bool]
+_lockless_warned: set[str] = set()
+
+
+def resume_values(config: Mapping[str, Any] | None) -> list[Any]:
+    """The answers LangGraph holds for the running task's interrupts, in order (the ones it answered before, then
+    the new one of ``Command(resume=...)``); empty in a fresh step."""
+    pad = ((config or {}).get("configurable") or {}).get(SCRATCHPAD_KEY)
+    if pad is None:
+        return []
+    values = list(getattr(pad, "resume", None) or [])
+    get_null_resume = getattr(pad, "get_null_resume", None)
+    new = get_null_resume(False) if get_null_resume is not None else None
+    return values if new is None else [*values, new]
+
+
+def decision_key(message_id: str, index: int) -> str:
+    """Where the step of AIMessage *message_id* records the answer to its *index*-th interrupt."""
+    return f"decision:{message_id}:{index}"
+
+
+def _canonical(value: Any) -> JSON:
+    loaded: JSON = json.loads(json.dumps(value, sort_keys=True, default=str))
+    return loaded
+
+
+async def settle_answers(ledger: LedgerStore, thread_id: str, message_id: str, answers: Sequence[Any]) -> None:
+    """Record *answers* as the decisions of the step (those not recorded yet, in one write); raise
+    :class:`InterruptDecidedError` if one differs from the decision recorded before it (that one stands)."""
+    keys = [decision_key(message_id, i) for i in range(len(answers))]
+    given = [_canonical(a) for a in answers]
+    found = await ledger.aget_tool_results(thread_id, keys)
+    new = [(k, {"v": 1, "kind": "decision", "value": g}) for k, g in zip(keys, given, strict=True) if k not in found]
+    if new:
+        written = await ledger.aput_tool_results(thread_id, new)
+        lost = [key for (key, _), ok in zip(new, written, strict=True) if ok is not True]
+        if lost:  # (another resumer's, just now: a store without locks)
+            found.update(await ledger.aget_tool_results(thread_id, lost))
+    for key, value in zip(keys, given, strict=True):
+        record = found.get(key)
+        if record is not None and record.get("value") != value:
+            raise InterruptDecidedError(thread_id, key, record.get("value"), value)
+
+
+def lock_name(thread_id: str, key: str) -> str:
+    """The run-lock name of one call's resume (a digest: it fits every backend's thread-id rule)."""
+    return "langgraph-call-" + hashlib.sha256(f"{thread_id}\x00{key}".encode()).hexdigest()[:40]
+
+
+@asynccontextmanager
+async def call_lock(ledger: LedgerStore, thread_id: str, key: str, wait: float) -> AsyncIterator[None]:
+    """Hold the lock of the call *key* (waiting up to *wait* seconds while another resumer holds it; then
+    :class:`ThreadBusyError`). A store without ``arun_lock`` has none: a WARNING, once per store type."""
+    take: Callable[[str], Any] | None = getattr(ledger, "arun_lock", None)
+    if take is None:
+        kind = type(ledger).__name__
+        if kind not in _lockless_warned:
+            _lockless_warned.add(kind)
+            log.warning(
+                "the %s ledger has no arun_lock: processes resuming one LangGraph interrupt at once may each run "
+                "the resumed call (use SqliteCheckpointer or PgCheckpointer)", kind,
+            )  # fmt: skip
+        yield
+        return
+    start, delay = time.monotonic(), 0.005
+    async with AsyncExitStack() as stack:
+        while True:
+            try:
+                await stack.enter_async_context(take(lock_name(thread_id, key)))
+                break
+            except ThreadBusyError:
+                waited = time.monotonic() - start
+                if waited > wait:
+                    raise ThreadBusyError(thread_id, waited=round(waited, 1)) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.2)
+        yield
+
+
+def check_rule(tool: str, rule: object) -> ApprovalRule | None:
+    """An approval rule as given (None: no approval), or a ``ConfigError`` naming the tool."""
+    if rule is None or rule is False:
+        return None
+    if rule is True or callable(rule):
+        return rule
+    raise ConfigError(
+        f"LangGraph tool {tool!r}: approval={rule!r} is not a rule: say True (always), False (never) or a "
+        "function of the call's arguments that returns whether a person must approve it"
+    )
+
+
+def needs_approval(rule: ApprovalRule | None, args: dict[str, Any]) -> bool:
+    if rule is None or isinstance(rule, bool):
+        return bool(rule)
+    return bool(rule(args))
+
+
+def approval_question(call: Mapping[str, Any]) -> dict[str, JSON]:
+    """What the approval interrupt shows the person (its value in ``result["__interrupt__"]``)."""
+    return {"kind": APPROVAL, "tool": call["name"], "args": _canonical(call.get("args") or {}),
+            "tool_call_id": call.get("id")}  # fmt: skip
+
+
+def ask_approval(config: Mapping[str, Any] | None, question: dict[str, JSON]) -> Any:
+    """LangGraph's own ``interrupt(question)`` in the task of *config* (from any thread), whose answer must be a
+    bool or a string (its ``response_schema``: LangGraph checks an answer before it keeps it, so a bad one is
+    refused with a ``ConfigError`` and the question can be answered again); LangGraph's ``GraphInterrupt`` when
+    the step has no answer yet."""
+    from langchain_core.runnables.config import var_child_runnable_config
+    from langgraph.types import interrupt
+    from pydantic import StrictBool, StrictStr, ValidationError
+
+    token = var_child_runnable_config.set(dict(config or {}))  # type: ignore[arg-type]
+    try:
+        return interrupt(question, response_schema=StrictBool | StrictStr)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigError(
+            f"the approval of LangGraph tool {question['tool']!r} takes Command(resume=True) (approve), False or "
+            f"a reason string (reject); the answer given is neither, and nothing was kept: answer again ({exc})"
+        ) from exc
+    finally:
+        var_child_runnable_config.reset(token)
+
+
+def rejection(tool: str, answer: bool | str) -> str | None:
+    """None if *answer* approves the call, else what the model is told."""
+    return None if is_approved(answer) else rejection_text(tool, answer)
+
+
+@dataclass(frozen=True)
+class Pause:
+    """One call of a step that may pause: what :func:`consume_once` needs."""
+
+    ledger: LedgerStore
+    thread_id: str
+    message_id: str
+    key: str
+    call: Mapping[str, Any]
+    config: Mapping[str, Any] | None
+    answers: list[Any]
+    asks: bool
+    wait: float
+
+
+async def consume_once(pause: Pause, run: Callable[[str | None], Awaitable[R]]) -> R:
+    """The call of *pause* through the ledger, once across resumers: ``run(None)`` runs it through the ledger,
+    ``run(text)`` records its rejection *text* instead."""
+    ledger, thread_id, key = pause.ledger, pause.thread_id, pause.key
+    if not pause.answers:  # a fresh step: a call that needs approval asks, unless it was recorded
+        if pause.asks and not await _recorded(ledger, thread_id, key):
+            ask_approval(pause.config, approval_question(pause.call))
+        return await run(None)
+    async with call_lock(ledger, thread_id, key, pause.wait):
+        rejected: str | None = None
+        if pause.asks and not await _recorded(ledger, thread_id, key):
+            rejected = rejection(pause.call["name"], ask_approval(pause.config, approval_question(pause.call)))
+        await settle_answers(ledger, thread_id, pause.message_id, pause.answers)
+        return await run(rejected)
+
+
+async def _recorded(ledger: LedgerStore, thread_id: str, key: str) -> bool:
+    record = (await ledger.aget_tool_results(thread_id, [key])).get(key)
+    return record is not None and record.get("kind") != "intent"
