@@ -124,7 +124,30 @@ def final_state(spec: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         return list(app.get_state(CFG).values.get("messages", [])), ledger.list_tool_results("ticket-7")
 
 
+def mutate(name: str) -> None:
+    """Break consume-once in this process, one way (the mutants the test must catch, each for its own reason)."""
+    from contextlib import asynccontextmanager
+
+    from tenxgraph.integrations.langgraph import pauses
+
+    async def forget(*args: Any) -> None:
+        return None
+
+    @asynccontextmanager
+    async def unlocked(*args: Any) -> Any:
+        yield
+
+    if name == "no_call_lock":
+        pauses.call_lock = unlocked  # type: ignore[assignment]
+    elif name == "answers_unrecorded":
+        pauses.settle_answers = forget  # type: ignore[assignment]
+    else:
+        raise ValueError(f"no mutant named {name!r}")
+
+
 def resume(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec.get("mutant"):
+        mutate(spec["mutant"])
     with opened(spec) as (ledger, saver):
         app = build(spec, ledger, saver)
         Path(spec["ready"]).touch()

@@ -109,6 +109,24 @@ def test_conflicting_answers_one_stands_and_the_others_are_told(where: dict[str,
             assert outcome["raised"] == "InterruptDecidedError" and repr(standing) in outcome["message"]
 
 
+def test_each_broken_consume_once_is_caught_for_its_own_reason(tmp_path: Path) -> None:
+    """Mutants of pauses.py in the resumers' processes (SQLite): without the call lock the refund runs in every
+    resumer; with the answers unrecorded a different answer is not refused, and its resumer is handed a result
+    its answer did not make."""
+    spec = {"where": str(tmp_path / "lock"), "node": "wrapped", "ask": "interrupt", "mutant": "no_call_lock"}
+    Path(spec["where"]).mkdir()
+    resumers.setup(spec)
+    resume_at_once(spec, ["yes"] * 4)
+    assert len(resumers.effects(Path(spec["where"]))) > 1  # caught: the refund ran again
+
+    spec = {**spec, "where": str(tmp_path / "answers"), "mutant": "answers_unrecorded"}
+    Path(spec["where"]).mkdir()
+    resumers.setup(spec)
+    outcomes = resume_at_once(spec, ["yes", "no", "yes", "no"])
+    assert not any("raised" in o for o in outcomes)  # caught: nobody was told another answer stands
+    assert len({o["tool"][0] for o in outcomes}) == 1  # (every resumer got the first one's result)
+
+
 # -- approvals declared on a LangGraph tool, in one process --------------------------------------------------------
 class Desk:
     """A refund declared ``approval`` (on the node, or in the tool's metadata), on LangGraph's InMemorySaver."""

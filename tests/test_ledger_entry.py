@@ -136,6 +136,33 @@ def test_the_probe_fires_an_armed_point_and_does_nothing_otherwise() -> None:
         probe.point("tool.in_flight")
 
 
+def test_a_crash_ends_every_order_the_probe_made_so_a_resume_on_the_same_loop_makes_its_own() -> None:
+    """An async LangGraph graph crashed in-process and resumed on the same event loop: its batch's order, whose
+    crashed calls never finish, must not hold the resumed calls (a depth-2 schedule on PostgreSQL hung so)."""
+    from tenxgraph.core.graph.utils.instrument import set_completion_order
+    from tenxgraph.core.tools.context import ToolCallInfo
+
+    remove = set_completion_order(lambda calls: [c.index for c in calls])
+    try:
+
+        async def go() -> None:
+            calls = [ToolCallInfo("t", "m1", f"c{i}", "refund", i, None) for i in range(2)]
+            turns = probe.turns(calls, patience=30.0)
+            assert turns is not None
+            turns.start(0)  # the crashed run's first call came in, and never finishes
+            waiting = asyncio.ensure_future(turns.wait(1))
+            await asyncio.sleep(0.05)
+            assert not waiting.done() and not turns.ended  # held behind call 0
+            probe.crashed(crashpoints.CrashInjected("tool.in_flight", 1))
+            with pytest.raises(crashpoints.CrashInjected):  # released with the crash, not held for ever
+                await asyncio.wait_for(waiting, 1.0)
+            assert turns.ended and turns.complete
+
+        asyncio.run(go())
+    finally:
+        remove()
+
+
 def test_langgraphs_tool_node_takes_a_ledger_only_store() -> None:
     pytest.importorskip("langgraph")
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage

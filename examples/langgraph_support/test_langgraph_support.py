@@ -27,6 +27,16 @@ def test_replay_safe_tool_node(crash_run: CrashRun, effects: Effects) -> None:
     assert sent == {"refund": 1, "email": 2, "ticket": 1}  # each call's key dedupes what a gap runs again
 
 
+@pytest.mark.crash_matrix(framework="langgraph", backends="memory,sqlite,postgres")
+def test_async_graph(crash_run: CrashRun, effects: Effects) -> None:
+    """The same agent with an async node: LangGraph runs it through ``ainvoke`` / ``astream`` only, and so does
+    the harness (``invoke`` would raise LangGraph's TypeError)."""
+    app = build_agent(crash_run.langgraph_checkpointer, effects, ledger=crash_run.checkpointer, run_async=True)
+    assert crash_run.invoke(app, REQUEST, {"durability": "sync"}).final_text == FINAL
+    sent = {kind: effects.count(kind, thread_id=crash_run.thread_id) for kind in ("refund", "email", "ticket")}
+    assert sent == {"refund": 1, "email": 2, "ticket": 1}
+
+
 # The checkpointers whose transaction a tool can join: SQLite and PostgreSQL (docs/langgraph.md).
 @pytest.mark.crash_matrix(framework="langgraph", backends="sqlite,postgres")
 def test_transactional_refund(crash_run: CrashRun, effects: Effects) -> None:

@@ -32,9 +32,10 @@ from pytest_replaysafe.judge.evidence import Entry, ExecutionLog
 from pytest_replaysafe.run.langgraph_race import late_kill_held
 from pytest_replaysafe.run.langgraph_watch import tool_watch
 from pytest_replaysafe.run.witness import langgraph_declarations
-from tenxgraph.core.crashpoints import crash_point
+from tenxgraph.core.crashpoints import CrashInjected, crash_point
 from tenxgraph.core.graph.results import RunResult
 from tenxgraph.integrations.langgraph.resuming import resume_input
+from tenxgraph.ledger import probe
 from tenxgraph.state.state import AgentState
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.sync import run_sync
@@ -243,7 +244,9 @@ class LangGraphApp:
                     pass
             else:
                 await self.app.ainvoke(input, cfg, **kw)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, CrashInjected):
+                probe.crashed(exc)  # (the orders of the dead run's batches end: the resume makes its own)
             await _stop_leftovers(before)
             raise
 

@@ -9,6 +9,7 @@ An integration (``tenxgraph.ledger.probe``) calls it and names no harness type: 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 from tenxgraph.core.crashpoints import crash_point as fire
@@ -26,6 +27,9 @@ class Probe:
         """Fire crash point *name* (a declared one: ``tenxgraph.core.crashpoints.POINTS``) if a harness armed it."""
         fire(name)  # (the call sites, probe.point("..."), name the point: tests/test_crashpoints.py)
 
+    def __init__(self) -> None:
+        self._live: weakref.WeakSet[BatchTurns] = weakref.WeakSet()  # the orders it made, while held
+
     def ordered(self) -> bool:
         """Whether a harness orders the returns of parallel calls now."""
         return instrument.completion_order() is not None
@@ -33,7 +37,17 @@ class Probe:
     def turns(self, calls: Sequence[ToolCallInfo], patience: float) -> BatchTurns | None:
         """The completion order of a message's *calls* handed over one by one (each waits at most *patience*
         seconds for a sibling to come in), or None: no harness orders them, or there is one call."""
-        return batch_turns(list(calls), patience=patience)
+        turns = batch_turns(list(calls), patience=patience)
+        if turns is not None:
+            self._live.add(turns)
+        return turns
+
+    def crashed(self, crash: BaseException) -> None:
+        """The harness's run crashed in this process, as if the process died: every order still under way ends
+        with *crash* (its calls still waiting raise it), so that a resume on the same event loop makes orders of
+        its own instead of joining one whose calls will never finish."""
+        for turns in list(self._live):
+            turns.abandon(crash)
 
 
 #: The probe every integration uses.
