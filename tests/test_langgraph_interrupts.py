@@ -218,3 +218,49 @@ def test_approvals_in_an_async_graph() -> None:
         return tool_texts(await desk.app.ainvoke(Command(resume=True), desk.cfg, durability="sync"))
 
     assert asyncio.run(go()) == ["refunded A"] and desk.refunds == ["A"]
+
+
+def test_a_resumed_step_of_more_calls_than_the_pool_has_connections_finishes(pg_dsn: str, pg_schema: str) -> None:
+    """14 approved calls of one step (an async graph: all at once) on PostgreSQL's pool of 10: one lock per step
+    and process, not one pool connection per call held while each waits to record (that stalled the pool)."""
+    from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+
+    refunds: list[str] = []
+    ledger = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema, max_pool_size=10)
+
+    @tool
+    async def refund_order(order_id: str) -> str:
+        """Refund an order."""
+        await asyncio.sleep(0.05)
+        refunds.append(order_id)
+        return f"refunded {order_id}"
+
+    async def model(state: MessagesState) -> dict[str, Any]:
+        if any(m.type == "tool" for m in state["messages"]):
+            return {"messages": [AIMessage("done")]}
+        calls = [{"name": "refund_order", "args": {"order_id": str(i)}, "id": f"c{i}"} for i in range(14)]
+        return {"messages": [AIMessage("", tool_calls=calls, id="ai-1")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model)
+    node = ReplaySafeToolNode([refund_order], ledger=ledger, approvals={"refund_order": True})
+    graph.add_node("tools", node)
+    graph.set_entry_point("agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    app = graph.compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "many"}}
+
+    async def go() -> dict[str, Any]:
+        result = await app.ainvoke({"messages": [HumanMessage("refund all")]}, cfg, durability="sync")
+        for _ in range(20):  # (LangGraph shows a step's pauses a few at a time)
+            if not result.get("__interrupt__"):
+                break
+            answers = {i.id: True for i in result["__interrupt__"]}
+            result = await app.ainvoke(Command(resume=answers), cfg, durability="sync")
+        await ledger.aclose()  # (its pool lives on this loop)
+        return dict(result)
+
+    result = asyncio.run(go())
+    assert result["messages"][-1].content == "done"
+    assert sorted(refunds, key=int) == [str(i) for i in range(14)]  # each once

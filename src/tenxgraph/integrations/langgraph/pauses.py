@@ -1,12 +1,13 @@
 """LangGraph's ``interrupt()`` consumed once: a tool step that LangGraph resumes (``Command(resume=...)``) runs
-each of its calls under that call's lock, and the answers it brings are recorded in the ledger first.
+each of its calls under the step's lock, and the answers it brings are recorded in the ledger first.
 
 LangGraph itself lets every process that resumes one parked interrupt run the resumed step: k resumers, k
 refunds. Under :class:`~tenxgraph.integrations.langgraph.tools.ReplaySafeToolCalls` a resumed step (LangGraph's
 scratchpad holds answers for it) goes, call by call:
 
-1. under the call's lock (the ledger's own run lock, named after the thread and the call: a PostgreSQL advisory
-   lock, a byte of SQLite's lock file; released when its process dies), waiting while another resumer holds it;
+1. under the step's lock (the ledger's own run lock, named after the thread and the AIMessage: a PostgreSQL
+   advisory lock, a byte of SQLite's lock file; released when its process dies), waiting while another resumer
+   holds it (the step's calls take it in turn, so a resumed step runs its calls one at a time);
 2. its answers are recorded under ``decision:{message id}:{n}`` (the step's n-th answer), first write wins: a
    resumer whose answer differs from the recorded one is refused with ``InterruptDecidedError`` before anything
    runs (the recorded one stands); the same answer again goes on;
@@ -26,6 +27,7 @@ import hashlib
 import json
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -87,39 +89,52 @@ async def settle_answers(ledger: LedgerStore, thread_id: str, message_id: str, a
             raise InterruptDecidedError(thread_id, key, record.get("value"), value)
 
 
-def lock_name(thread_id: str, key: str) -> str:
-    """The run-lock name of one call's resume (a digest: it fits every backend's thread-id rule)."""
-    return "langgraph-call-" + hashlib.sha256(f"{thread_id}\x00{key}".encode()).hexdigest()[:40]
+def lock_name(thread_id: str, message_id: str) -> str:
+    """The run-lock name of one resumed step (a digest: it fits every backend's thread-id rule)."""
+    return "langgraph-step-" + hashlib.sha256(f"{thread_id}\x00{message_id}".encode()).hexdigest()[:40]
+
+
+#: Within a process the calls of one step take its lock in turn (an asyncio lock per event loop and step), so a
+#: process holds one storage lock per step, never one per call: a PostgreSQL lock holds a pool connection, and
+#: a step of more calls than the pool has connections, each waiting to record while holding one, would stall.
+_in_process: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.WeakValueDictionary()
 
 
 @asynccontextmanager
-async def call_lock(ledger: LedgerStore, thread_id: str, key: str, wait: float) -> AsyncIterator[None]:
-    """Hold the lock of the call *key* (waiting up to *wait* seconds while another resumer holds it; then
-    :class:`ThreadBusyError`). A store without ``arun_lock`` has none: a WARNING, once per store type."""
-    take: Callable[[str], Any] | None = getattr(ledger, "arun_lock", None)
-    if take is None:
-        kind = type(ledger).__name__
-        if kind not in _lockless_warned:
-            _lockless_warned.add(kind)
-            log.warning(
-                "the %s ledger has no arun_lock: processes resuming one LangGraph interrupt at once may each run "
-                "the resumed call (use SqliteCheckpointer or PgCheckpointer)", kind,
-            )  # fmt: skip
-        yield
-        return
-    start, delay = time.monotonic(), 0.005
-    async with AsyncExitStack() as stack:
-        while True:
-            try:
-                await stack.enter_async_context(take(lock_name(thread_id, key)))
-                break
-            except ThreadBusyError:
-                waited = time.monotonic() - start
-                if waited > wait:
-                    raise ThreadBusyError(thread_id, waited=round(waited, 1)) from None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.2)
-        yield
+async def call_lock(ledger: LedgerStore, thread_id: str, message_id: str, wait: float) -> AsyncIterator[None]:
+    """Hold the lock of the step of AIMessage *message_id* (waiting up to *wait* seconds while another resumer
+    holds it; then :class:`ThreadBusyError`). A store without ``arun_lock`` has none across processes: a WARNING,
+    once per store type."""
+    name = lock_name(thread_id, message_id)
+    key = (id(asyncio.get_running_loop()), name)
+    local = _in_process.get(key)
+    if local is None:
+        local = _in_process[key] = asyncio.Lock()
+    async with local:
+        take: Callable[[str], Any] | None = getattr(ledger, "arun_lock", None)
+        if take is None:
+            kind = type(ledger).__name__
+            if kind not in _lockless_warned:
+                _lockless_warned.add(kind)
+                log.warning(
+                    "the %s ledger has no arun_lock: processes resuming one LangGraph interrupt at once may each "
+                    "run the resumed call (use SqliteCheckpointer or PgCheckpointer)", kind,
+                )  # fmt: skip
+            yield
+            return
+        start, delay = time.monotonic(), 0.005
+        async with AsyncExitStack() as stack:
+            while True:
+                try:
+                    await stack.enter_async_context(take(name))
+                    break
+                except ThreadBusyError:
+                    waited = time.monotonic() - start
+                    if waited > wait:
+                        raise ThreadBusyError(thread_id, waited=round(waited, 1)) from None
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.2)
+            yield
 
 
 def check_rule(tool: str, rule: object) -> ApprovalRule | None:
@@ -195,7 +210,7 @@ async def consume_once(pause: Pause, run: Callable[[str | None], Awaitable[R]]) 
         if pause.asks and not await _recorded(ledger, thread_id, key):
             ask_approval(pause.config, approval_question(pause.call))
         return await run(None)
-    async with call_lock(ledger, thread_id, key, pause.wait):
+    async with call_lock(ledger, thread_id, pause.message_id, pause.wait):
         rejected: str | None = None
         if pause.asks and not await _recorded(ledger, thread_id, key):
             rejected = rejection(pause.call["name"], ask_approval(pause.config, approval_question(pause.call)))
