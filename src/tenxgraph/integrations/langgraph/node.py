@@ -10,7 +10,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from tenxgraph.integrations.langgraph.pauses import ApprovalRule
+from tenxgraph.core.tools.interrupts import ApprovalRule
 from tenxgraph.integrations.langgraph.tools import AsyncExecute, Execute, ReplaySafeToolCalls, Result
 from tenxgraph.ledger import LedgerStore, Reconcile
 from tenxgraph.utils.constants import TOOL_TIMEOUT

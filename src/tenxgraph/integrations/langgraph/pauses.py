@@ -33,7 +33,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tenxgraph.core.tools.interrupts import APPROVAL, is_approved, rejection_text
+from tenxgraph.core.tools.interrupts import APPROVAL, ApprovalRule, is_approved, rejection_text
+from tenxgraph.core.tools.tool import check_approval
 from tenxgraph.ledger import LedgerStore
 from tenxgraph.state.messages import JSON
 from tenxgraph.utils.constants import LOGGER_NAME
@@ -44,8 +45,6 @@ R = TypeVar("R")
 
 #: Where LangGraph keeps a task's scratchpad (its answers to the task's interrupts) in the task's config.
 SCRATCHPAD_KEY = "__pregel_scratchpad"
-#: An approval rule: always, never, or a predicate on the call's arguments (as ``@tool(approval=...)``).
-ApprovalRule = bool | Callable[[dict[str, Any]], bool]
 _lockless_warned: set[str] = set()
 
 
@@ -71,12 +70,14 @@ def _canonical(value: Any) -> JSON:
     return loaded
 
 
-async def settle_answers(ledger: LedgerStore, thread_id: str, message_id: str, answers: Sequence[Any]) -> None:
+async def settle_answers(
+    ledger: LedgerStore, thread_id: str, message_id: str, answers: Sequence[Any], found: dict[str, dict[str, JSON]]
+) -> None:
     """Record *answers* as the decisions of the step (those not recorded yet, in one write); raise
-    :class:`InterruptDecidedError` if one differs from the decision recorded before it (that one stands)."""
+    :class:`InterruptDecidedError` if one differs from the decision recorded before it (that one stands).
+    *found*: the ledger's records, read under the step's lock, of at least the step's decision keys."""
     keys = [decision_key(message_id, i) for i in range(len(answers))]
     given = [_canonical(a) for a in answers]
-    found = await ledger.aget_tool_results(thread_id, keys)
     new = [(k, {"v": 1, "kind": "decision", "value": g}) for k, g in zip(keys, given, strict=True) if k not in found]
     if new:
         written = await ledger.aput_tool_results(thread_id, new)
@@ -138,15 +139,17 @@ async def call_lock(ledger: LedgerStore, thread_id: str, message_id: str, wait: 
 
 
 def check_rule(tool: str, rule: object) -> ApprovalRule | None:
-    """An approval rule as given (None: no approval), or a ``ConfigError`` naming the tool."""
-    if rule is None or rule is False:
+    """An approval rule as given (None: no approval), checked as ``@tool(approval=...)`` is, or a ``ConfigError``
+    naming the tool."""
+    if rule is None:
         return None
-    if rule is True or callable(rule):
-        return rule
-    raise ConfigError(
-        f"LangGraph tool {tool!r}: approval={rule!r} is not a rule: say True (always), False (never) or a "
-        "function of the call's arguments that returns whether a person must approve it"
-    )
+    try:
+        return check_approval(tool, rule) or None
+    except TypeError:
+        raise ConfigError(
+            f"LangGraph tool {tool!r}: approval={rule!r} is not a rule: say True (always), False (never) or a "
+            "function of the call's arguments that returns whether a person must approve it"
+        ) from None
 
 
 def needs_approval(rule: ApprovalRule | None, args: dict[str, Any]) -> bool:
@@ -211,13 +214,18 @@ async def consume_once(pause: Pause, run: Callable[[str | None], Awaitable[R]]) 
             ask_approval(pause.config, approval_question(pause.call))
         return await run(None)
     async with call_lock(ledger, thread_id, pause.message_id, pause.wait):
+        decisions = [decision_key(pause.message_id, i) for i in range(len(pause.answers))]
+        found = await ledger.aget_tool_results(thread_id, [key, *decisions])  # (the call's record too: one read)
         rejected: str | None = None
-        if pause.asks and not await _recorded(ledger, thread_id, key):
+        if pause.asks and not _is_result(found.get(key)):
             rejected = rejection(pause.call["name"], ask_approval(pause.config, approval_question(pause.call)))
-        await settle_answers(ledger, thread_id, pause.message_id, pause.answers)
+        await settle_answers(ledger, thread_id, pause.message_id, pause.answers, found)
         return await run(rejected)
 
 
 async def _recorded(ledger: LedgerStore, thread_id: str, key: str) -> bool:
-    record = (await ledger.aget_tool_results(thread_id, [key])).get(key)
+    return _is_result((await ledger.aget_tool_results(thread_id, [key])).get(key))
+
+
+def _is_result(record: dict[str, JSON] | None) -> bool:
     return record is not None and record.get("kind") != "intent"

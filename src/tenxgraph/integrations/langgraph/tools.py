@@ -38,9 +38,9 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from tenxgraph.core.tools.interrupts import ApprovalRule
 from tenxgraph.integrations.langgraph.messages import assistant_message, find_call, messages_of
 from tenxgraph.integrations.langgraph.pauses import (
-    ApprovalRule,
     Pause,
     check_rule,
     consume_once,
