@@ -117,6 +117,7 @@ bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.floor
 	$(BENCH_VENV)/bin/python -m benchmarks.observe
 	$(BENCH_VENV)/bin/python -m benchmarks.budgets
+	$(BENCH_VENV)/bin/python -m benchmarks.tool_node
 	$(BENCH_VENV)/bin/python -m benchmarks.dbos_peer
 	if [ -n "$${REPLAYSAFE_PG_DSN:-}" ] && [ -n "$${REPLAYSAFE_REDIS_URL:-}" ]; then \
 		$(BENCH_VENV)/bin/python -m benchmarks.redis_cache; fi

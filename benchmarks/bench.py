@@ -206,10 +206,16 @@ def postgres_saver(dsn: str, schema: str) -> Iterator[Any]:
 
 
 class Writes(DelegatingCheckpointer):
-    """Counts durable writes (each one transaction): ``state`` writes and ``ledger`` writes (a group is one)."""
+    """Counts durable writes (each one transaction): ``state`` writes and ``ledger`` writes (a group is one); and
+    the ledger's reads (``reads``: batched reads of records, each one round trip)."""
 
     state = 0
     ledger = 0
+    reads = 0
+
+    async def aget_tool_results(self, thread_id: str, keys: Sequence[str]) -> dict[str, JSON]:
+        Writes.reads += 1
+        return await self.inner.aget_tool_results(thread_id, keys)
 
     async def aput_thread(self, *args: Any, **kwargs: Any) -> int:
         Writes.state += 1
@@ -225,7 +231,7 @@ class Writes(DelegatingCheckpointer):
 
     @classmethod
     def reset(cls) -> None:
-        cls.state = cls.ledger = 0
+        cls.state = cls.ledger = cls.reads = 0
 
 
 def langgraph_react(

@@ -72,7 +72,7 @@ def approval_round_trips(dsn: str) -> dict[str, Any]:
 
 
 def tool_node_commits(tmp: Path, sizes: tuple[int, ...] = (1, 4, 16)) -> list[dict[str, Any]]:
-    """Our ledger's commits per tool batch of N calls under ``ReplaySafeToolNode`` (3 runs each)."""
+    """Our ledger's commits and reads per tool batch of N calls under ``ReplaySafeToolNode`` (3 runs each)."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from tenxgraph.integrations.langgraph import ReplaySafeToolNode
@@ -92,7 +92,13 @@ def tool_node_commits(tmp: Path, sizes: tuple[int, ...] = (1, 4, 16)) -> list[di
         bench.Writes.reset()
         for _ in range(3):
             run()
-        rows.append({"n": n, "ledger_commits_per_batch": bench.Writes.ledger / 3})
+        rows.append(
+            {
+                "n": n,
+                "ledger_commits_per_batch": bench.Writes.ledger / 3,
+                "ledger_reads_per_batch": bench.Writes.reads / 3,
+            }
+        )
     return rows
 
 
@@ -104,7 +110,11 @@ def main() -> None:
         print("approval on PostgreSQL, round trips:", json.dumps(out["approval"]), flush=True)
     if bench.langgraph_installed():
         out["replay_safe_tool_node"] = tool_node_commits(Path(tempfile.mkdtemp(prefix="tenxbudget-")))
-        print("ReplaySafeToolNode, ledger commits per batch:", json.dumps(out["replay_safe_tool_node"]), flush=True)
+        print(
+            "ReplaySafeToolNode, ledger commits and reads per batch:",
+            json.dumps(out["replay_safe_tool_node"]),
+            flush=True,
+        )
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     print(f"written: {RESULTS}")
 

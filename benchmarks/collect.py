@@ -13,7 +13,7 @@ from typing import Any
 HERE = Path(__file__).parent
 SECTIONS = {
     name: f"{name}.json"
-    for name in ("parallel", "turns", "floor", "observe", "budgets", "dbos", "redis_cache", "server_chaos")
+    for name in ("parallel", "turns", "floor", "observe", "budgets", "tool_node", "dbos", "redis_cache", "server_chaos")
 }
 #: Median ratio ours / LangGraph per backend, on the refund run (issue #31) and the other shapes (issue #16).
 REFUND_TARGETS = {"memory": 0.12, "sqlite": 0.25, "postgres": 0.35}
@@ -69,6 +69,14 @@ def rows(merged: dict[str, Any]) -> Iterator[Row]:
         commits = round(row["ledger_commits_per_batch"], 2)
         yield (f"ReplaySafeToolNode, N = {row['n']}: <= 1 commit per batch over ToolNode", str(commits), "", "",
                verdict(commits <= 1))  # fmt: skip
+    tool_node = merged.get("tool_node", {})
+    for row in tool_node.get("rows", []):
+        name = f"ReplaySafeToolNode / ToolNode, N = {row['n']}, {row['backend']}: <= {tool_node['target']}"
+        yield (name, str(row["ratio_median"]), str(row["ratio_min"]), load_of(tool_node),
+               verdict(row["ratio_median"] <= tool_node["target"]))  # fmt: skip
+        reads = row["ledger_reads_per_batch"]
+        yield (f"ReplaySafeToolNode, N = {row['n']}, {row['backend']}: 1 ledger read per batch", str(reads), "", "",
+               verdict(reads <= 1))  # fmt: skip
     approval = budgets.get("approval")
     if approval:
         yield ("approval pause + resume: 2 round trips on PostgreSQL", str(approval["extra_round_trips"]), "", "",

@@ -90,12 +90,12 @@ def lg_error_recorded_as_success() -> None:
     """The wrapper records every call as a success, whatever the ``ToolMessage``'s status said: a replay answers a
     failed call as if it had worked (the first run still shows LangGraph's own error message)."""
     from tenxgraph.core.tools.tool import ToolOutput
-    from tenxgraph.integrations.langgraph import tools
+    from tenxgraph.integrations.langgraph import ledger_tool
 
     def succeeded(content: Any, is_error: bool = False) -> ToolOutput:
         return ToolOutput(content, is_error=False)
 
-    setattr(tools, "ToolOutput", succeeded)  # noqa: B010 (the module's name the wrapper calls)
+    setattr(ledger_tool, "ToolOutput", succeeded)  # noqa: B010 (the module's name the wrapper calls)
 
 
 def lg_tool_commits_alone() -> None:
@@ -105,9 +105,9 @@ def lg_tool_commits_alone() -> None:
     import sqlite3
     from contextlib import contextmanager
 
-    from tenxgraph.integrations.langgraph import tools
+    from tenxgraph.integrations.langgraph import ledger_tool
 
-    original = tools.in_transaction
+    original = ledger_tool.in_transaction
 
     @contextmanager
     def committing(tx: Any) -> Iterator[None]:
@@ -116,7 +116,7 @@ def lg_tool_commits_alone() -> None:
         if isinstance(tx.connection, sqlite3.Connection):
             tx.connection.commit()
 
-    tools.in_transaction = committing  # type: ignore[assignment]
+    ledger_tool.in_transaction = committing  # type: ignore[assignment]
 
 
 def lg_prune_forgets_unseen_threads() -> None:

@@ -547,7 +547,8 @@ def test_tools_from_an_mcp_server_get_their_effect_class_from_their_annotations(
         "refund": ("external", None), "email": ("idempotent", None), "lookup": ("read", None)
     }  # fmt: skip
     saver = InMemorySaver()
-    turns = [calls(("lookup", {"order_id": "A"}), ("refund", {"order_id": "A"})), AIMessage("done")]
+    # (one call per step: the crash's second hit is the refund's, whichever of two siblings would return first)
+    turns = [calls(("lookup", {"order_id": "A"})), calls(("refund", {"order_id": "A"})), AIMessage("done")]
     with crashpoints.armed("tool.after_return", 2), pytest.raises(crashpoints.CrashInjected):
         build(ReplaySafeToolNode(mcp_tools(), ledger=ledger), saver, turns).invoke(
             {"messages": [HumanMessage("go")]}, CFG

@@ -117,7 +117,7 @@ def test_calls_handed_over_one_by_one_share_a_group_through_call_groups() -> Non
     async def one(index: int) -> ToolExecution:
         group = groups.join(store, "t1", msg)
         try:
-            return await invoke_tool_call(msg, index, tools, store, "t1", records=group.records, turns=group.turns)
+            return await invoke_tool_call(msg, index, tools, store, "t1", group=group)
         finally:
             groups.passed(group)
 

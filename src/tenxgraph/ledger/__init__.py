@@ -14,7 +14,8 @@ Each call's key is the message id + ``tool_call_id`` (:func:`ledger_key`); the s
 round trip; a recorded call is answered from its record (``ToolExecution.replayed``), the others run concurrently
 and each is recorded as it returns (calls that return together in one group commit). A loop that runs a
 message's calls one by one, concurrently (LangGraph's ``ToolNode``), calls :func:`invoke_tool_call` per call,
-with the :class:`CallGroup` its siblings share (``CallGroups().join(store, thread_id, message)``).
+with the :class:`CallGroup` its siblings share (``CallGroups().join(store, thread_id, message, execution)``:
+one ledger read for the calls of one execution of the step, one write for those that return together).
 
 What a tool says, on :class:`Tool`: its :class:`Effect` (``read``, ``idempotent``, ``external``,
 ``transactional``), its in-doubt policy (``on_in_doubt``: a call that started and left no result, decided on
@@ -41,6 +42,7 @@ from tenxgraph.core.graph.utils.invoke_node_handler import (
 from tenxgraph.core.graph.utils.ledger_record import ToolExecution, result_message_id
 from tenxgraph.core.graph.utils.probe import Probe, probe
 from tenxgraph.core.graph.utils.record_batch import RecordBatch
+from tenxgraph.core.graph.utils.shared_read import Records, SharedRead
 from tenxgraph.core.tools.context import (
     ToolCallInfo,
     Transaction,
@@ -67,7 +69,9 @@ __all__ = [
     "Probe",
     "Reconcile",
     "RecordBatch",
+    "Records",
     "Resume",
+    "SharedRead",
     "Tool",
     "ToolArgumentError",
     "ToolCallInfo",

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from tenxgraph.core.tools.interrupts import APPROVAL, ApprovalRule, is_approved, rejection_text
 from tenxgraph.core.tools.tool import check_approval
-from tenxgraph.ledger import LedgerStore
+from tenxgraph.ledger import LedgerStore, Records
 from tenxgraph.state.messages import JSON
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.errors import ConfigError, InterruptDecidedError, ThreadBusyError
@@ -205,14 +205,16 @@ class Pause:
     wait: float
 
 
-async def consume_once(pause: Pause, run: Callable[[str | None], Awaitable[R]]) -> R:
-    """The call of *pause* through the ledger, once across resumers: ``run(None)`` runs it through the ledger,
-    ``run(text)`` records its rejection *text* instead."""
+async def consume_once(pause: Pause, run: Callable[[str | None, Records], Awaitable[R]]) -> R:
+    """The call of *pause* through the ledger, once across resumers: ``run(None, read)`` runs it through the
+    ledger, ``run(text, read)`` records its rejection *text* instead; *read*: the ledger's records of the call,
+    read here (under the step's lock when resumed), which the ledger answers from."""
     ledger, thread_id, key = pause.ledger, pause.thread_id, pause.key
     if not pause.answers:  # a fresh step: a call that needs approval asks, unless it was recorded
-        if pause.asks and not await _recorded(ledger, thread_id, key):
+        found = await ledger.aget_tool_results(thread_id, [key])
+        if pause.asks and not _is_result(found.get(key)):
             ask_approval(pause.config, approval_question(pause.call))
-        return await run(None)
+        return await run(None, found)
     async with call_lock(ledger, thread_id, pause.message_id, pause.wait):
         decisions = [decision_key(pause.message_id, i) for i in range(len(pause.answers))]
         found = await ledger.aget_tool_results(thread_id, [key, *decisions])  # (the call's record too: one read)
@@ -220,11 +222,7 @@ async def consume_once(pause: Pause, run: Callable[[str | None], Awaitable[R]]) 
         if pause.asks and not _is_result(found.get(key)):
             rejected = rejection(pause.call["name"], ask_approval(pause.config, approval_question(pause.call)))
         await settle_answers(ledger, thread_id, pause.message_id, pause.answers, found)
-        return await run(rejected)
-
-
-async def _recorded(ledger: LedgerStore, thread_id: str, key: str) -> bool:
-    return _is_result((await ledger.aget_tool_results(thread_id, [key])).get(key))
+        return await run(rejected, found)
 
 
 def _is_result(record: dict[str, JSON] | None) -> bool:

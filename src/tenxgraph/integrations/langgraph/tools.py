@@ -26,21 +26,28 @@ call is answered with an error naming it, recorded, and never runs again; see do
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage
 from langchain_core.tools import BaseTool
-from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
-from langgraph.types import Command
 
 from tenxgraph.core.tools.interrupts import ApprovalRule
+from tenxgraph.integrations.langgraph.ledger_tool import (
+    AsyncExecute,
+    Bubble,
+    Execute,
+    Policy,
+    Result,
+    answer,
+    ledger_tool,
+    rejecting,
+)
 from tenxgraph.integrations.langgraph.messages import assistant_message, find_call, messages_of
 from tenxgraph.integrations.langgraph.pauses import (
+    SCRATCHPAD_KEY,
     Pause,
     check_rule,
     consume_once,
@@ -48,36 +55,26 @@ from tenxgraph.integrations.langgraph.pauses import (
     resume_values,
 )
 from tenxgraph.ledger import (
-    TX_PARAM,
     CallGroups,
     Effect,
     LedgerStore,
     Reconcile,
-    Tool,
-    ToolExecution,
-    ToolOutput,
-    Transaction,
+    Records,
     check_policy,
     current_tool_call,
     effect_from_hints,
-    in_transaction,
     invoke_tool_call,
     ledger_key,
-    result_message_id,
 )
-from tenxgraph.state.messages import JSON
 from tenxgraph.utils.constants import LOGGER_NAME, TOOL_TIMEOUT
 from tenxgraph.utils.errors import ConfigError
 from tenxgraph.utils.sync import run_sync, to_thread
 
-__all__ = ["ReplaySafeToolCalls", "current_idempotency_key"]
+__all__ = ["AsyncExecute", "Execute", "ReplaySafeToolCalls", "Result", "current_idempotency_key"]
 log = logging.getLogger(LOGGER_NAME)
 
 #: Where LangGraph keeps a run's ``durability`` in its config (absent: its default, ``"async"``).
 DURABILITY_KEY = "__pregel_durability"
-Result = ToolMessage | Command  # type: ignore[type-arg]
-Execute = Callable[[ToolCallRequest], Result]
-AsyncExecute = Callable[[ToolCallRequest], Awaitable[Result]]
 
 
 def current_idempotency_key() -> str | None:
@@ -182,10 +179,10 @@ class ReplaySafeToolCalls:
         key = ledger_key(ai.id, call.get("id")) or ""
         pause = Pause(self.ledger, thread_id, str(ai.id), key, call, config, answers, asks, self.lock_wait)
 
-        async def run(rejected: str | None) -> Result:
+        async def run(rejected: str | None, read: Records) -> Result:  # (read: the call's record, read just now)
             if rejected is None:
-                return await self._record(request, execute, sync_execute, ai, index, thread_id)
-            return await self._record(request, *_rejecting(request, rejected), ai, index, thread_id)
+                return await self._record(request, execute, sync_execute, ai, index, thread_id, read)
+            return await self._record(request, *rejecting(request, rejected), ai, index, thread_id, read)
 
         return await consume_once(pause, run)
 
@@ -197,23 +194,27 @@ class ReplaySafeToolCalls:
         ai: AIMessage,
         index: int,
         thread_id: str,
+        read: Records | None = None,
     ) -> Result:
-        """The call through the ledger: replayed from its record, or run and recorded."""
-        call = request.tool_call
+        """The call through the ledger: replayed from its record, or run and recorded. The calls of one execution
+        of the step share one ledger read (LangGraph's task scratchpad names the execution), unless *read* gives
+        this call's (made under the step's lock, or for its approval)."""
         fresh: list[Result] = []  # what LangGraph's execute returned, when the tool ran here
-        tool = self._ledger_tool(request, execute, sync_execute, fresh)
+        lc_tool = request.tool
+        declared = self._policy(lc_tool) if lc_tool is not None else (None, None, None)
+        tool = ledger_tool(request, execute, sync_execute, fresh, Policy(*declared, self._transactions))
         message = assistant_message(ai)
-        group = self._groups.join(self.ledger, thread_id, message)
+        group = self._groups.join(self.ledger, thread_id, message, _execution(request))
         try:
             execution = await invoke_tool_call(
                 message, index, {tool.name: tool}, self.ledger, thread_id, tool_timeout=self.tool_timeout,
-                records=group.records, turns=group.turns,
+                group=group if read is None else group.reading(read),
             )  # fmt: skip
-        except _Bubble as bubble:  # nothing is recorded: LangGraph runs the tool again when the run resumes
+        except Bubble as bubble:  # nothing is recorded: LangGraph runs the tool again when the run resumes
             raise bubble.inner from None
         finally:
             self._groups.passed(group)
-        return _answer(execution, call, fresh)
+        return answer(execution, request.tool_call, fresh)
 
     def _check_durability(self, request: ToolCallRequest, thread_id: str) -> None:
         """The first time a run's durability is not ``"sync"``, a WARNING. With LangGraph's default
@@ -232,59 +233,6 @@ class ReplaySafeToolCalls:
                 "again; invoke the graph with durability='sync' (see docs/langgraph.md)",
                 durability, thread_id,
             )  # fmt: skip
-
-    def _ledger_tool(
-        self, request: ToolCallRequest, execute: AsyncExecute, sync_execute: Execute | None, fresh: list[Result]
-    ) -> Tool:
-        """The call's tool as the ledger runs it: LangGraph's ``execute`` (the real tool), answering with the
-        ``ToolMessage``'s content and status, which the ledger records. A transactional tool's ``execute`` runs
-        inside its record's transaction, which its body reads with ``current_transaction()``."""
-        call, lc_tool = request.tool_call, request.tool
-        policy, reconcile, effect = self._policy(lc_tool) if lc_tool is not None else (None, None, None)
-
-        def output(result: Result) -> ToolOutput:
-            fresh.append(result)
-            if not isinstance(result, ToolMessage):
-                raise TypeError(
-                    f"tool {call['name']!r} returned a {type(result).__name__}, which the ledger cannot record yet: "
-                    "return a ToolMessage or plain content from tools that ReplaySafeToolNode protects"
-                )
-            return ToolOutput(_json(result.content), is_error=result.status == "error")
-
-        async def run(**args: Any) -> ToolOutput:  # (LangGraph validates and passes the arguments)
-            try:
-                if effect is not Effect.TRANSACTIONAL:
-                    return output(await execute(request))
-                with in_transaction(Transaction(args[TX_PARAM], asyncio.get_running_loop())):  # PostgreSQL
-                    return output(await execute(request))
-            except GraphBubbleUp as exc:  # an interrupt() in the tool: LangGraph's control flow, not a result
-                raise _Bubble(exc) from exc
-
-        def run_in_thread(**args: Any) -> ToolOutput:  # SQLite: in the worker thread that holds the transaction
-            assert sync_execute is not None
-            try:
-                with in_transaction(Transaction(args[TX_PARAM])):
-                    return output(sync_execute(request))
-            except GraphBubbleUp as exc:
-                raise _Bubble(exc) from exc
-
-        in_thread = effect is Effect.TRANSACTIONAL and self._transactions == "sync"
-        if in_thread and sync_execute is None:
-            raise ConfigError(
-                f"LangGraph tool {call['name']!r}: effect='transactional' on SQLite runs the tool in the thread "
-                "that holds the ledger's transaction, which an async graph (ainvoke, astream) does not give: run "
-                "the graph with invoke or stream, or keep the ledger on PostgreSQL (PgCheckpointer)"
-            )
-        return Tool(
-            name=call["name"],
-            description="",
-            fn=run_in_thread if in_thread else run,
-            parameters={"type": "object", "properties": {name: {} for name in call.get("args") or {}}},
-            is_async=not in_thread,
-            on_in_doubt=policy,
-            reconcile=reconcile,
-            effect=effect,
-        )
 
     @property
     def _transactions(self) -> str | None:
@@ -316,28 +264,6 @@ class ReplaySafeToolCalls:
         return policy, reconcile, effect
 
 
-class _Bubble(BaseException):
-    """Carries LangGraph's ``GraphBubbleUp`` (an ``interrupt()``, a command for the parent graph) through the ledger,
-    which records what an ``Exception`` says; this is no result of the call."""
-
-    def __init__(self, inner: GraphBubbleUp) -> None:
-        super().__init__(str(inner))
-        self.inner = inner
-
-
-def _rejecting(request: ToolCallRequest, text: str) -> tuple[AsyncExecute, Execute]:
-    """LangGraph's ``execute`` pair for a rejected call: its answer, an error ``ToolMessage`` saying so."""
-    call = request.tool_call
-
-    def reject(_: ToolCallRequest) -> Result:
-        return ToolMessage(content=text, tool_call_id=call.get("id") or "", name=call.get("name"), status="error")
-
-    async def areject(req: ToolCallRequest) -> Result:
-        return reject(req)
-
-    return areject, reject
-
-
 def _thread_of(request: ToolCallRequest) -> str:
     config = getattr(request.runtime, "config", None) or {}
     thread = (config.get("configurable") or {}).get("thread_id")
@@ -349,28 +275,8 @@ def _thread_of(request: ToolCallRequest) -> str:
     return str(thread)
 
 
-def _json(content: Any) -> JSON:
-    return content if isinstance(content, str) else json.loads(json.dumps(content, default=str))
-
-
-def _answer(execution: ToolExecution, call: Mapping[str, Any], fresh: list[Result]) -> Result:
-    """The ``ToolMessage`` LangGraph gets: the tool's own (when it ran here), else one built from the record or
-    from the ledger's answer (an in-doubt error, a timeout); its id derives from the ledger key."""
-    message_id = result_message_id(execution.key)
-    own = fresh[-1] if fresh and not execution.replayed else None
-    if isinstance(own, ToolMessage) and (execution.result.output, execution.result.is_error) == (
-        _json(own.content),
-        own.status == "error",
-    ):
-        return own if own.id else own.model_copy(update={"id": message_id})
-    output = execution.result.output
-    content = output if isinstance(output, str | list) else json.dumps(output)
-    metadata = {"replayed": True} if execution.replayed else {}
-    return ToolMessage(
-        content=content,
-        tool_call_id=call.get("id") or "",
-        name=call.get("name"),
-        status="error" if execution.result.is_error else "success",
-        id=message_id,
-        response_metadata=metadata,
-    )
+def _execution(request: ToolCallRequest) -> object | None:
+    """What names this execution of the step: LangGraph's task scratchpad (one per task run, shared by its
+    calls; a resumed or re-run step has a new one). None: the calls read one by one."""
+    config = getattr(request.runtime, "config", None) or {}
+    return (config.get("configurable") or {}).get(SCRATCHPAD_KEY)

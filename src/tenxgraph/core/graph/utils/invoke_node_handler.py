@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 
 from tenxgraph.core.crashpoints import CrashInjected, crash_point
 from tenxgraph.core.graph.utils.approvals import attempt_of, check_approvals
+from tenxgraph.core.graph.utils.call_groups import CallGroup
 from tenxgraph.core.graph.utils.in_doubt import resolve_in_doubt, write_intent
 from tenxgraph.core.graph.utils.instrument import BatchTurns, batch_turns, finish_turn, notify, wait_turn
 from tenxgraph.core.graph.utils.ledger_record import (
@@ -49,6 +50,7 @@ from tenxgraph.core.graph.utils.ledger_record import (
     result_message_id,
 )
 from tenxgraph.core.graph.utils.record_batch import RecordBatch, gather_calls
+from tenxgraph.core.graph.utils.shared_read import SharedRead
 from tenxgraph.core.graph.utils.transactional import run_transactional
 from tenxgraph.core.graph.utils.watch import report, tool_span
 from tenxgraph.core.tools.context import ToolCallInfo, current_run, running_call
@@ -141,10 +143,8 @@ def ledger_calls(
         log.warning(
             "assistant message %r repeats tool_call_id(s) %s: each call runs and is recorded on its own (keys "
             "suffixed #2, #3...), and each result keeps the id the model gave (thread %r)",
-            message.message_id,
-            ", ".join(repeated),
-            thread_id,
-        )
+            message.message_id, ", ".join(repeated), thread_id,
+        )  # fmt: skip
     found: list[LedgerCall] = []
     for index, (block, key) in enumerate(zip(calls, keys, strict=True)):
         if only is not None and index != only:
@@ -152,10 +152,8 @@ def ledger_calls(
         if key is None:
             log.warning(  # (a Message always has a message id: only the model can leave the call's id out)
                 "tool call %r of message %r has no tool_call_id: it runs without replay protection (thread %r)",
-                block.name,
-                message.message_id,
-                thread_id,
-            )
+                block.name, message.message_id, thread_id,
+            )  # fmt: skip
         tool = tools.get(block.name)
         policy, effect = (tool.policy, tool.effect) if tool is not None else (None, None)
         info = ToolCallInfo(thread_id, message.message_id, block.id, block.name, index, key, policy, effect)
@@ -240,22 +238,22 @@ async def invoke_tool_call(
     thread_id: str,
     *,
     tool_timeout: float | None = TOOL_TIMEOUT,
-    records: RecordBatch | None = None,
-    turns: BatchTurns | None = None,
+    group: CallGroup | None = None,
 ) -> ToolExecution:
     """Steps 1 to 4 for the one call at *index* of *message*, for a framework that runs each call of a message on
     its own (LangGraph's ``ToolNode`` calls its ``wrap_tool_call`` once per call, concurrently): its record is
-    replayed, or the tool runs and its record is written as it returns. Parallel calls each come through here, so
-    each is read and run on its own (in production, in no set order); *records*, shared by the message's calls,
-    writes those that return together in one group (else each is written alone); *turns*, shared too, is their
-    completion order under a test harness (:class:`HandedOverTurns`: a crash here ends it for the siblings)."""
+    replayed, or the tool runs and its record is written as it returns. Parallel calls each come through here (in
+    production, in no set order). *group*, shared by the message's calls (:class:`CallGroups`): one ledger read
+    for all of them (else each reads its own), those that return together recorded in one write (else each alone)
+    and, under a test harness, their completion order (a crash here ends it for the siblings)."""
+    records, turns, shared = (group.records, group.turns, group.reads) if group is not None else (None, None, None)
     if turns is not None:
         turns.start(index)
     try:
         crash_point("tool.before_ledger_read")
         (call,) = ledger_calls(message, tools, thread_id, only=index)
         batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools), records=records, turns=turns)
-        record = (await _read_ledger(batch, [call])).get(call.key) if call.key is not None else None
+        record = (await _read_ledger(batch, [call], shared, message)).get(call.key) if call.key is not None else None
         if record is not None and call.key is not None and record.get("kind") != "intent":
             emit_event("tool_replayed", logging.INFO, thread_id=thread_id, tool=call.name, key=call.key)
             finish_turn(turns, index)
@@ -274,13 +272,22 @@ async def invoke_tool_call(
 
 
 # -- 2. check: one batched read before anything runs -------------------------------------------------------
-async def _read_ledger(batch: Batch, calls: list[LedgerCall]) -> dict[str, JSON]:
+async def _read_ledger(
+    batch: Batch, calls: list[LedgerCall], shared: SharedRead | None = None, message: Message | None = None
+) -> dict[str, JSON]:
+    """The records of *calls* in one read; *shared*: the read that the calls of their *message* share (the first
+    one's runs, for every call of the message; the others answer from it)."""
     if not calls:
         return {}
-    keys = list(dict.fromkeys(k for c in calls for k in (c.key, c.intent_key) if k is not None))
-    try:
+    siblings = call_keys(message) if shared is not None and message is not None else []
+    keys = list(dict.fromkeys(k for c in calls for k in (c.key, c.intent_key, *siblings) if k is not None))
+
+    async def fetch() -> dict[str, JSON]:
         crash_point("ledger.read_error")
         return await batch.checkpointer.aget_tool_results(batch.thread_id, keys)
+
+    try:
+        return await (fetch() if shared is None else shared.get(fetch))
     except RunLockLostError:
         raise  # not a failed read: the thread is another run's now, and no tool may run
     except Exception as exc:
@@ -424,23 +431,16 @@ async def _record(batch: Batch, call: LedgerCall, execution: ToolExecution) -> T
         log.error(
             "tool %r returned a value that cannot be stored (key %r, thread %r): %s. Its error result is recorded "
             "instead; return JSON values (no NUL characters, valid UTF-8) from tools",
-            name,
-            key,
-            batch.thread_id,
-            exc.__cause__ or exc,
-        )
+            name, key, batch.thread_id, exc.__cause__ or exc,
+        )  # fmt: skip
         text = f"tool {name!r} returned a value that cannot be stored: {exc.__cause__ or exc}"
         return await _record(batch, call, error_execution(execution.call, key, text))  # storable: never re-run
     except Exception as exc:
         log.error(
             "tool %r completed but its result was not recorded in the ledger (key %r, thread %r): %s: %s. "
             "The call may run again on replay",
-            name,
-            key,
-            batch.thread_id,
-            type(exc).__name__,
-            exc,
-        )
+            name, key, batch.thread_id, type(exc).__name__, exc,
+        )  # fmt: skip
         emit_event("ledger_write_failed", logging.DEBUG, thread_id=batch.thread_id, tool=name, key=key)
         add_event("tenxgraph.ledger.write_failed", {"tenxgraph.ledger.key": key, "error.type": type(exc).__name__})
         return execution
