@@ -48,10 +48,15 @@ SCRATCHPAD_KEY = "__pregel_scratchpad"
 _lockless_warned: set[str] = set()
 
 
+def scratchpad(config: Mapping[str, Any] | None) -> object | None:
+    """The running task's scratchpad (None outside a task): one per execution of the task, shared by its calls."""
+    return ((config or {}).get("configurable") or {}).get(SCRATCHPAD_KEY)
+
+
 def resume_values(config: Mapping[str, Any] | None) -> list[Any]:
     """The answers LangGraph holds for the running task's interrupts, in order (the ones it answered before, then
     the new one of ``Command(resume=...)``); empty in a fresh step."""
-    pad = ((config or {}).get("configurable") or {}).get(SCRATCHPAD_KEY)
+    pad: Any = scratchpad(config)
     if pad is None:
         return []
     values = list(getattr(pad, "resume", None) or [])

@@ -47,12 +47,12 @@ from tenxgraph.integrations.langgraph.ledger_tool import (
 )
 from tenxgraph.integrations.langgraph.messages import assistant_message, find_call, messages_of
 from tenxgraph.integrations.langgraph.pauses import (
-    SCRATCHPAD_KEY,
     Pause,
     check_rule,
     consume_once,
     needs_approval,
     resume_values,
+    scratchpad,
 )
 from tenxgraph.ledger import (
     CallGroups,
@@ -278,5 +278,4 @@ def _thread_of(request: ToolCallRequest) -> str:
 def _execution(request: ToolCallRequest) -> object | None:
     """What names this execution of the step: LangGraph's task scratchpad (one per task run, shared by its
     calls; a resumed or re-run step has a new one). None: the calls read one by one."""
-    config = getattr(request.runtime, "config", None) or {}
-    return (config.get("configurable") or {}).get(SCRATCHPAD_KEY)
+    return scratchpad(getattr(request.runtime, "config", None))

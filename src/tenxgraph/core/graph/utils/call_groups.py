@@ -67,7 +67,8 @@ class CallGroups:
     def __init__(self) -> None:
         self._groups: weakref.WeakValueDictionary[Key, CallGroup] = weakref.WeakValueDictionary()
         self._ordered: dict[Key, CallGroup] = {}  # (held until each call has passed: see the module's docstring)
-        #: The groups of the last executions, each with its execution (so that its id names no other meanwhile).
+        #: Keeps the groups of the last executions alive, each with its execution (whose id names no other
+        #: meanwhile).
         self._recent: OrderedDict[Key, tuple[CallGroup, object]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -80,8 +81,7 @@ class CallGroups:
         with self._lock:
             for stale in [k for k, g in self._ordered.items() if g.turns is not None and g.turns.ended]:
                 del self._ordered[stale]  # (a crashed run's order: its calls will not all pass)
-            recent = self._recent.get(key)
-            group = self._ordered.get(key) or self._groups.get(key) or (recent[0] if recent else None)
+            group = self._ordered.get(key) or self._groups.get(key)  # (those in _recent are alive: held there)
             if group is None or not group.current(ordered):
                 turns = None
                 if ordered:

@@ -279,10 +279,10 @@ async def _read_ledger(
     one's runs, for every call of the message; the others answer from it)."""
     if not calls:
         return {}
-    siblings = call_keys(message) if shared is not None and message is not None else []
-    keys = list(dict.fromkeys(k for c in calls for k in (c.key, c.intent_key, *siblings) if k is not None))
 
-    async def fetch() -> dict[str, JSON]:
+    async def fetch() -> dict[str, JSON]:  # (shared: only the first caller's runs, for the whole message)
+        siblings = call_keys(message) if shared is not None and message is not None else []
+        keys = list(dict.fromkeys(k for c in calls for k in (c.key, c.intent_key, *siblings) if k is not None))
         crash_point("ledger.read_error")
         return await batch.checkpointer.aget_tool_results(batch.thread_id, keys)
 
