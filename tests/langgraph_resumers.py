@@ -2,7 +2,9 @@
 parked thread with the answer it is given, after a barrier, so that k of them resume one pause at once.
 
 ``python tests/langgraph_resumers.py '<json>'`` with ``{"where": ..., "node": "wrapped" | "bare", "ask":
-"interrupt" | "approval", "answer": ..., "ready": path, "go": path}`` prints one JSON line: what its resume
+"interrupt" | "approval", "answer": ..., "ready": path, "go": path}`` (and ``"after": "receipt"``: the model's
+turn after the refund asks for a receipt email; ``"via": "resume_once"``: it resumes through
+``tenxgraph.integrations.langgraph.resume_once``) prints one JSON line: what its resume
 returned (the tool message) or raised. Effects are counted outside the runtime: the refund appends a line to
 ``<where>/effects`` (one ``write`` of an ``O_APPEND`` file: lines of processes never mix)."""
 
@@ -23,7 +25,7 @@ from langgraph.graph import MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
 
-from tenxgraph.integrations.langgraph import ReplaySafeToolNode
+from tenxgraph.integrations.langgraph import ReplaySafeToolNode, resume_once
 from tenxgraph.storage.checkpointer import BaseCheckpointer, SqliteCheckpointer
 
 CFG = {"configurable": {"thread_id": "ticket-7"}}
@@ -53,17 +55,31 @@ def build(spec: dict[str, Any], ledger: BaseCheckpointer, saver: Any) -> Any:
             os.close(fd)
         return f"refunded {order_id}"
 
+    @tool
+    def send_receipt(order_id: str) -> str:
+        """Email the customer a receipt."""
+        fd = os.open(where / "effects", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, f"receipt {order_id} pid={os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+        return f"receipt sent for {order_id}"
+
     def model(state: MessagesState) -> dict[str, Any]:
-        if any(m.type == "tool" for m in state["messages"]):
+        done = [m.name for m in state["messages"] if m.type == "tool"]
+        if done == ["refund_order"] and spec.get("after") == "receipt":  # (a new message: a new id per process)
+            call = {"name": "send_receipt", "args": {"order_id": "A-7"}, "id": "call_2"}
+            return {"messages": [AIMessage("", tool_calls=[call])]}
+        if done:
             return {"messages": [AIMessage("done")]}
         call = {"name": "refund_order", "args": {"order_id": "A-7"}, "id": "call_1"}
         return {"messages": [AIMessage("", tool_calls=[call], id="ai-1")]}
 
     if spec["node"] == "bare":
-        node: Any = ToolNode([refund_order])
+        node: Any = ToolNode([refund_order, send_receipt])
     else:
         approvals = {"refund_order": True} if asks == "approval" else None
-        node = ReplaySafeToolNode([refund_order], ledger=ledger, approvals=approvals)
+        node = ReplaySafeToolNode([refund_order, send_receipt], ledger=ledger, approvals=approvals)
     graph = StateGraph(MessagesState)
     graph.add_node("agent", model)
     graph.add_node("tools", node)
@@ -154,7 +170,12 @@ def resume(spec: dict[str, Any]) -> dict[str, Any]:
         while not Path(spec["go"]).exists():
             time.sleep(0.005)
         try:
-            result = app.invoke(Command(resume=spec["answer"]), CFG, durability="sync")
+            if spec.get("via") == "resume_once":  # our helper: the rest of the thread runs in one resumer
+                (pending,) = app.get_state(CFG).interrupts
+                command = Command(resume={pending.id: spec["answer"]})
+                result = resume_once(app, command, CFG, ledger=ledger, durability="sync")
+            else:
+                result = app.invoke(Command(resume=spec["answer"]), CFG, durability="sync")
         except Exception as exc:  # (what this resumer is told: the test reads it)
             return {"raised": type(exc).__name__, "message": str(exc)}
         tools = [m for m in result["messages"] if m.type == "tool"]

@@ -109,6 +109,59 @@ def test_conflicting_answers_one_stands_and_the_others_are_told(where: dict[str,
             assert outcome["raised"] == "InterruptDecidedError" and repr(standing) in outcome["message"]
 
 
+def test_resumers_each_run_the_rest_of_the_thread_unless_they_resume_once(where: dict[str, Any]) -> None:
+    """Past the paused step, LangGraph runs the rest of the thread in every resumer: a model turn after the refund
+    asks for a receipt in each, with a new message id each (new calls to the ledger: 4 receipts). Through
+    ``resume_once`` one resumer runs it, and the others get the thread as it stands."""
+    spec = {**where, "node": "wrapped", "ask": "approval", "after": "receipt"}
+    resumers.setup(spec)
+    resume_at_once(spec, [True] * 4)
+    sent = [line.split()[0] for line in resumers.effects(Path(spec["where"]))]
+    assert sorted(sent) == ["receipt"] * 4 + ["refund"]
+
+    spec = {**where, "where": str(Path(where["where"]) / "once"), "via": "resume_once", "node": "wrapped",
+            "ask": "approval", "after": "receipt"}  # fmt: skip
+    if spec.get("dsn"):  # (a thread of its own in the same schemas)
+        spec["lg_schema"] = f"{spec['schema']}_lg"
+    Path(spec["where"]).mkdir()
+    _fresh(spec)
+    resumers.setup(spec)
+    outcomes = resume_at_once(spec, [True] * 4)
+    assert sorted(line.split()[0] for line in resumers.effects(Path(spec["where"]))) == ["receipt", "refund"]
+    assert outcomes == [{"tool": ["refunded A-7", "receipt sent for A-7"], "status": ["success"] * 2}] * 4
+
+
+def test_resume_once_keeps_one_answer_and_tells_the_others(where: dict[str, Any]) -> None:
+    spec = {**where, "node": "wrapped", "ask": "approval", "via": "resume_once"}
+    resumers.setup(spec)
+    outcomes = resume_at_once(spec, [True, "no", True, "no"])
+    refunds = resumers.effects(Path(spec["where"]))
+    told = [o for o in outcomes if "raised" in o]
+    assert len(told) == 2 and {o["raised"] for o in told} == {"InterruptDecidedError"}
+    ran = [o for o in outcomes if "tool" in o]
+    (content,) = {o["tool"][0] for o in ran}
+    assert len(refunds) == (1 if content == "refunded A-7" else 0)  # the effect matches the answer that stands
+
+
+def test_resume_once_wants_the_ids_it_answers() -> None:
+    from tenxgraph.integrations.langgraph import resume_once
+
+    with pytest.raises(ConfigError, match=r"Command\(resume=\{interrupt_id: answer"):
+        resume_once(object(), Command(resume=True), {"configurable": {"thread_id": "t"}},
+                    ledger=InMemoryCheckpointer())  # fmt: skip
+
+
+def _fresh(spec: dict[str, Any]) -> None:
+    """Drop the PostgreSQL thread an earlier part of a test left (its ledger schema and LangGraph's)."""
+    if spec.get("dsn"):
+        import psycopg
+
+        with psycopg.connect(spec["dsn"], autocommit=True) as conn:
+            for table in ("checkpoints", "checkpoint_writes", "checkpoint_blobs"):
+                conn.execute(f'DELETE FROM "{spec["lg_schema"]}".{table}')
+            conn.execute(f'DELETE FROM "{spec["schema"]}".tool_executions')
+
+
 def test_each_broken_consume_once_is_caught_for_its_own_reason(tmp_path: Path) -> None:
     """Mutants of pauses.py in the resumers' processes (SQLite): without the call lock the refund runs in every
     resumer; with the answers unrecorded a different answer is not refused, and its resumer is handed a result

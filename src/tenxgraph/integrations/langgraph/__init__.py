@@ -40,10 +40,12 @@ __all__ = [
     "ReplaySafeToolNode",
     "aprune_ledger",
     "aresume",
+    "aresume_once",
     "current_idempotency_key",
     "current_transaction",
     "prune_ledger",
     "resume",
+    "resume_once",
     "to_messages",
 ]
 
@@ -57,6 +59,8 @@ _WHERE = {
     "current_transaction": "tenxgraph.integrations.langgraph.transaction",
     "resume": "tenxgraph.integrations.langgraph.resuming",
     "aresume": "tenxgraph.integrations.langgraph.resuming",
+    "resume_once": "tenxgraph.integrations.langgraph.answering",
+    "aresume_once": "tenxgraph.integrations.langgraph.answering",
     "prune_ledger": "tenxgraph.integrations.langgraph.retention",
     "aprune_ledger": "tenxgraph.integrations.langgraph.retention",
 }

@@ -32,6 +32,7 @@ from typing import TypedDict
 
 from langchain_core.messages import AIMessage
 from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from tenxgraph.core.tools.interrupts import ApprovalRule
@@ -184,7 +185,11 @@ class ReplaySafeToolCalls:
                 return await self._record(request, execute, sync_execute, ai, index, thread_id, read)
             return await self._record(request, *rejecting(request, rejected), ai, index, thread_id, read)
 
-        return await consume_once(pause, run)
+        try:
+            return await consume_once(pause, run)
+        except GraphBubbleUp:  # it paused before the ledger (its approval): its siblings stop waiting for it
+            self._groups.pass_over(self.ledger, thread_id, assistant_message(ai), _execution(request), index)
+            raise
 
     async def _record(
         self,
@@ -205,10 +210,11 @@ class ReplaySafeToolCalls:
         tool = ledger_tool(request, execute, sync_execute, fresh, Policy(*declared, self._transactions))
         message = assistant_message(ai)
         group = self._groups.join(self.ledger, thread_id, message, _execution(request))
+        config = getattr(request.runtime, "config", None)  # (resumed: its calls pass one at a time, unordered)
         try:
             execution = await invoke_tool_call(
                 message, index, {tool.name: tool}, self.ledger, thread_id, tool_timeout=self.tool_timeout,
-                group=group if read is None else group.reading(read),
+                group=group if read is None else group.reading(read, ordered=not resume_values(config)),
             )  # fmt: skip
         except Bubble as bubble:  # nothing is recorded: LangGraph runs the tool again when the run resumes
             raise bubble.inner from None

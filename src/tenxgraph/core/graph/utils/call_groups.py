@@ -18,7 +18,7 @@ import threading
 import weakref
 from collections import OrderedDict
 
-from tenxgraph.core.graph.utils.instrument import BatchTurns
+from tenxgraph.core.graph.utils.instrument import BatchTurns, HandedOverTurns
 from tenxgraph.core.graph.utils.probe import probe
 from tenxgraph.core.graph.utils.record_batch import RecordBatch
 from tenxgraph.core.graph.utils.shared_read import Records, SharedRead
@@ -46,16 +46,19 @@ class CallGroup:
         self, key: Key, records: RecordBatch, turns: BatchTurns | None, reads: SharedRead | None = None
     ) -> None:
         self.key, self.records, self.turns, self.reads = key, records, turns, reads
+        self.paused = False  # a call paused (its order was given up): its siblings still join this group
 
-    def reading(self, records: Records) -> CallGroup:
-        """This group, but its calls answer from *records*, a read made already (under the step's lock, say)."""
-        return CallGroup(self.key, self.records, self.turns, SharedRead.known(records))
+    def reading(self, records: Records, ordered: bool = True) -> CallGroup:
+        """This group, but its calls answer from *records*, a read made already (for an approval, say); not
+        *ordered*: without the harness's completion order (calls under a step's lock pass one at a time: an
+        order that holds one for a sibling would wait for a sibling the lock holds back)."""
+        return CallGroup(self.key, self.records, self.turns if ordered else None, SharedRead.known(records))
 
     def current(self, ordered: bool) -> bool:
         """Whether a call of the message may join this group: not if its order ended (a crashed run's, kept
         alive by its traceback), nor if the harness's order came or went since they met."""
         if self.turns is not None:
-            return ordered and not self.turns.ended
+            return ordered and (self.paused or not self.turns.ended)
         return not ordered
 
 
@@ -100,6 +103,17 @@ class CallGroups:
                     while len(self._recent) > RECENT_EXECUTIONS:
                         self._recent.popitem(last=False)
             return group
+
+    def pass_over(
+        self, ledger: LedgerStore, thread_id: str, message: Message, execution: object | None, index: int
+    ) -> None:
+        """Call *index* of *message* paused before the ledger in this execution (at an ``interrupt()``): under a
+        harness's completion order its siblings stop waiting for it, and for those LangGraph then cancels."""
+        group = self.join(ledger, thread_id, message, execution)
+        if isinstance(group.turns, HandedOverTurns):
+            group.paused = True
+            group.turns.end()
+        self.passed(group)
 
     def passed(self, group: CallGroup) -> None:
         """A call of *group* is done: the group is let go once all of them are (or its order ended)."""

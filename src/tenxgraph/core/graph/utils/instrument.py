@@ -198,6 +198,11 @@ class HandedOverTurns(BatchTurns):
             await go
         self._over()
 
+    def end(self) -> None:
+        """Give the order up: a call of the step paused (LangGraph cancels the calls it had not started yet),
+        so the step runs again on resume; its calls under way pass as they return."""
+        self._end()
+
     def abandon(self, crash: BaseException) -> None:
         """A call crashed: every call still waiting for its turn raises *crash* (and the order is over: a resume
         makes an order of its own)."""
