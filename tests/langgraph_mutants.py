@@ -130,6 +130,20 @@ def lg_prune_forgets_unseen_threads() -> None:
     ).replace("NOT IN (?, ?, ?)", "IN (?, ?, ?)")
 
 
+def lg_resume_once_unlocked() -> None:
+    """``resume_once`` takes no lock: every resumer that finds the pause pending goes on with the rest of the
+    thread (the paused step itself still runs once, under its own lock)."""
+    from contextlib import asynccontextmanager
+
+    from tenxgraph.integrations.langgraph import answering
+
+    @asynccontextmanager
+    async def unlocked(*args: Any) -> Any:
+        yield
+
+    answering.call_lock = unlocked  # type: ignore[assignment]
+
+
 LG_MUTANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (
@@ -141,6 +155,7 @@ LG_MUTANTS: dict[str, Callable[[], None]] = {
         lg_error_recorded_as_success,
         lg_tool_commits_alone,
         lg_prune_forgets_unseen_threads,
+        lg_resume_once_unlocked,
     )
 }
 

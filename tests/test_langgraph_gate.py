@@ -46,6 +46,13 @@ def test_replay_safe_transactional(crash_run, effects):  # (the refund: a row wr
     assert crash_run.invoke(app, REQUEST, {"durability": "sync"}).final_text == FINAL
 
 
+@pytest.mark.crash_matrix(framework="langgraph", modes="resumers")
+def test_approved(crash_run, effects, approvals):  # (each answer sent by three processes at once)
+    app = build_agent(crash_run.langgraph_checkpointer, effects, ledger=crash_run.checkpointer,
+                      approvals={"refund_order": True})
+    assert crash_run.invoke(app, REQUEST, {"durability": "sync"}).final_text == FINAL
+
+
 @pytest.mark.crash_matrix(framework="langgraph")
 def test_replay_safe_async_durability(crash_run, effects):
     app = build_agent(crash_run.langgraph_checkpointer, effects, ledger=crash_run.checkpointer)
@@ -123,9 +130,13 @@ CAUSES = {
     "lg_tool_commits_alone": "its writes did not commit with its ledger record",
     # the retention job between the kill and the resume deleted the records of calls LangGraph runs again
     "lg_prune_forgets_unseen_threads": "was gone at the resume: the retention job ran between them",
+    # every resumer goes on past the pause: the model's next turn asks anew in each (a new message id each)
+    "lg_resume_once_unlocked": "send_email was called for",
 }
 #: The modes a mutant's matrix runs in, where the default ones do not show it.
 MUTANT_MODES = {"lg_prune_forgets_unseen_threads": "prune"}
+#: The test of TESTS a mutant's matrix runs, where the wrapper's own do not show it.
+MUTANT_TESTS = {"lg_resume_once_unlocked": "test_approved"}
 FAILING = ("violation", "resume_failed", "error", "failed", "vacuous")
 
 
@@ -152,6 +163,8 @@ def run_matrix(workdir: Path, test: str | None = None, mutant: str | None = None
         select.append("--crash-orders=1")
     if mutant in MUTANT_MODES:
         select.append(f"--crash-modes={MUTANT_MODES[mutant]}")
+    if mutant in MUTANT_TESTS:
+        select[1] = MUTANT_TESTS[mutant]
     return {**_matrix(["-p", "no:xdist", *select, "test_lg_agent.py"], folder, folder / "report.json", env),
             "mutant": mutant}  # fmt: skip
 

@@ -256,7 +256,7 @@ def test_no_tools(crash_run):
         (
             ["--crash-modes=sigterm"],
             "*unknown crash mode 'sigterm'*known modes: concurrent, double-resume, drop, inprocess, outage, prune, "
-            "readonly, recovery, redis-down, sigkill, stream*",
+            "readonly, recovery, redis-down, resumers, sigkill, stream*",
         ),
         (["--crash-seed=abc"], "*--crash-seed='abc': give a whole number or 'last'*"),
     ],

@@ -19,6 +19,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import interrupt
 
 from examples.payments import LocalProvider, Provider
 from tenxgraph.integrations.langgraph import ReplaySafeToolNode, current_idempotency_key, current_transaction
@@ -31,14 +32,16 @@ FINAL = "Refunded, emailed, and opened a ticket."
 BookRefund = Callable[[Any, dict[str, Any]], object]
 
 
-def make_tools(provider: Provider, book_refund: BookRefund | None = None) -> list[BaseTool]:
+def make_tools(provider: Provider, book_refund: BookRefund | None = None, ask: bool = False) -> list[BaseTool]:
     """The tools pass the provider the call's idempotency key: ReplaySafeToolNode's (the same on every replay);
     under a bare ToolNode there is none (None). With *book_refund*, the refund is written in the call's
-    transaction instead."""
+    transaction instead; with *ask*, the refund asks a person first with LangGraph's own ``interrupt()``."""
 
     @tool
     def refund_order(order_id: str, amount: float) -> str:
         """Refund an amount on an order."""
+        if ask and interrupt({"refund": order_id, "amount": amount}) is not True:
+            return "not refunded"
         payload = {"order": order_id, "amount": amount}
         if book_refund is not None:  # the row commits with the call's ledger record, or not at all
             return str(book_refund(current_transaction(), payload))
@@ -72,10 +75,14 @@ TURNS: list[list[tuple[str, dict[str, Any]]]] = [
 ]
 
 
-def model(state: MessagesState) -> dict[str, Any]:
+#: One call a turn: the refund, then the receipt.
+ONE_BY_ONE: list[list[tuple[str, dict[str, Any]]]] = [TURNS[0][:1], TURNS[1]]
+
+
+def model(state: MessagesState, turns: list[list[tuple[str, dict[str, Any]]]] = TURNS) -> dict[str, Any]:
     turn = sum(1 for m in state["messages"] if m.type == "ai")
-    if turn < len(TURNS):
-        calls = [{"name": n, "args": a, "id": f"call_{i}", "type": "tool_call"} for i, (n, a) in enumerate(TURNS[turn])]
+    if turn < len(turns):
+        calls = [{"name": n, "args": a, "id": f"call_{i}", "type": "tool_call"} for i, (n, a) in enumerate(turns[turn])]
         return {"messages": [AIMessage("", tool_calls=calls)]}
     return {"messages": [AIMessage(FINAL)]}
 
@@ -85,21 +92,35 @@ async def amodel(state: MessagesState) -> dict[str, Any]:
     return model(state)
 
 
+def one_by_one(state: MessagesState) -> dict[str, Any]:
+    """The model asking for one call a turn (:data:`ONE_BY_ONE`)."""
+    return model(state, ONE_BY_ONE)
+
+
 def build_agent(
     saver: BaseCheckpointSaver[Any] | None,
     provider: Provider | None = None,
     ledger: BaseCheckpointer | None = None,
     book_refund: BookRefund | None = None,
     run_async: bool = False,
+    approvals: dict[str, Any] | None = None,
+    ask_in_tool: bool = False,
+    one_call_a_turn: bool = False,
 ) -> Any:
     """The agent over LangGraph's *saver*; with *ledger*, its tools go through ReplaySafeToolNode; with
     *book_refund* (and a SQLite or PostgreSQL *ledger*), its refund is transactional; with *run_async*, its model
-    is an async node."""
-    tools = make_tools(provider or LocalProvider(), book_refund)
+    is an async node; with *approvals* (``{"refund_order": True}``), those calls wait for a person's answer;
+    with *ask_in_tool*, the refund's body asks with LangGraph's ``interrupt()`` (as LangGraph's docs show); with
+    *one_call_a_turn*, the model asks for the refund alone, then the receipt."""
+    tools = make_tools(provider or LocalProvider(), book_refund, ask_in_tool)
     effects = {"refund_order": "transactional"} if book_refund is not None else None
-    node = ToolNode(tools) if ledger is None else ReplaySafeToolNode(tools, ledger=ledger, effects=effects)
+    node = (
+        ToolNode(tools)
+        if ledger is None
+        else ReplaySafeToolNode(tools, ledger=ledger, effects=effects, approvals=approvals)
+    )
     graph = StateGraph(MessagesState)
-    graph.add_node("agent", amodel if run_async else model)
+    graph.add_node("agent", amodel if run_async else one_by_one if one_call_a_turn else model)
     graph.add_node("tools", node)
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)

@@ -7,7 +7,13 @@ From the execution log: ``asked`` (the harness's person was shown an interrupt, 
 about),
 ``decided`` (the harness's checkpointer wrapper saw the decision written), ``start`` or ``body`` (a body ran, as
 the runtime said or the harness's witness saw) and
-``pause_problem`` (what the harness found while answering, such as a repeated Resume that wrote the thread)."""
+``pause_problem`` (what the harness found while answering, such as a repeated Resume that wrote the thread).
+
+A LangGraph app's pause (``asked`` with ``via="langgraph"``) is judged by ``answered``, the answer the harness
+sent (LangGraph's ``interrupt()`` ids name a task, not one question, so a written decision cannot be told
+apart by the harness): a call that waited for approval runs (as the harness's witness saw its body) only after
+the person's yes was sent, never after a no. Its siblings may run while it waits: LangGraph's ``ToolNode`` runs a
+message's calls together, and the ledger keeps theirs for the resume."""
 
 from __future__ import annotations
 
@@ -25,13 +31,16 @@ def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[
     problems: list[str] = []
     decided: dict[str, tuple[int, Entry]] = {}  # interrupt id -> (position, first decided entry)
     about: dict[str, str] = {}  # interrupt id -> the call it asks about (harness identity)
+    langgraph: set[str] = set()  # those asked by a LangGraph app (its siblings run as it asks; no stand-in runs)
     for n, e in enumerate(entries):
-        if e.event == "decided":
+        if e.event == "answered":  # (a LangGraph pause: what the person said stands for its decision)
+            decided.setdefault(e.id, (n, e))
+        elif e.event == "decided":
             first = decided.setdefault(e.id, (n, e))[1]
             if first.fp != e.fp:
                 problems.append(f"interrupt {e.id} was decided twice: {first.out} and then {e.out}")
         elif e.event == "asked":
-            if e.id in decided:
+            if e.id in decided and e.via != "langgraph":  # (LangGraph asks a task again as it resumes it)
                 what = labels.get(e.call, e.call) if e.call else f"interrupt {e.id}"
                 problems.append(
                     f"{what} was asked for again after its decision ({decided[e.id][1].out}) was recorded: a "
@@ -39,12 +48,16 @@ def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[
                 )
             if e.cond == "approval" and e.call is not None:
                 about.setdefault(e.id, e.call)
+                if e.via == "langgraph":
+                    langgraph.add(e.id)
         elif e.event == "pause_problem" and e.out:
             problems.append(e.out)
     ran = [(n, e.hid) for n, e in enumerate(entries) if e.event in RAN]
+    bodies = [(n, e.hid) for n, e in enumerate(entries) if e.event == "body"]  # (the witness's own view)
     for interrupt_id, call in about.items():
-        problems += _batch_problems(call, decided.get(interrupt_id), ran, labels)
-        starts = [n for n, hid in ran if hid == call]
+        if interrupt_id not in langgraph:
+            problems += _batch_problems(call, decided.get(interrupt_id), ran, labels)
+        starts = [n for n, hid in (bodies if interrupt_id in langgraph else ran) if hid == call]
         if not starts:
             continue
         label = labels.get(call, call)

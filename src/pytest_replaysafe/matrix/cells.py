@@ -30,11 +30,11 @@ DEFAULT_BUDGET = 8
 if TYPE_CHECKING:
     from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 
-MODES = ("inprocess", "sigkill", "stream", "concurrent", "recovery", "prune", "double-resume")
+MODES = ("inprocess", "sigkill", "stream", "concurrent", "recovery", "prune", "double-resume", "resumers")
 #: Modes a cell runs in unless --crash-modes / modes= say otherwise; ``concurrent`` joins them on a budget.
 DEFAULT_MODES = ("inprocess", "sigkill", "stream")
 #: Modes whose resume happens in other processes: not applicable to storage that lives in one process.
-PROCESS_MODES = frozenset({"sigkill", "concurrent", "recovery", "prune", "double-resume"})
+PROCESS_MODES = frozenset({"sigkill", "concurrent", "recovery", "prune", "double-resume", "resumers"})
 #: The budgeted cells a default run adds per durable backend, one hit each: a ``concurrent`` contest crashed at
 #: the node that follows the first model turn for every lock window (:data:`LOCK_WINDOWS`:
 #: a run lock or compare-and-swap that does not hold shows at one of them on any graph), the server's
@@ -75,8 +75,8 @@ FIXTURE_POINTS = {
 #: the test's model does not stream (a custom node calling ``agenerate``), the cell is not applicable.
 MODE_POINTS = {"model.mid_stream": ("stream",)}
 #: Modes that join a test's default ones when it uses a fixture: a person's answers sent twice, where the harness
-#: plays the person (``approvals``).
-FIXTURE_MODES = {"double-resume": "approvals"}
+#: plays the person (``approvals``); each of them sent by k processes at once (``resumers``).
+FIXTURE_MODES = {"double-resume": "approvals", "resumers": "approvals"}
 #: What makes such a point reachable, for the vacuous message.
 REACH = {
     "model.mid_stream": (
@@ -318,8 +318,8 @@ def marker_kwargs(marker: Any) -> dict[str, Any]:
 FRAMEWORKS = ("tenxgraph", "langgraph")
 #: The modes a LangGraph app's cells run in (the others are our runtime's run lock and server). ``prune``: the
 #: ledger's retention job between the kill and the resume must keep a LangGraph thread's records (it has no row
-#: in our ``threads`` table: the job cannot see it finished).
-LANGGRAPH_MODES = ("inprocess", "sigkill", "stream", "prune")
+#: in our ``threads`` table: the job cannot see it finished). ``resumers``: k processes answer each pause at once.
+LANGGRAPH_MODES = ("inprocess", "sigkill", "stream", "prune", "resumers")
 
 
 class Selection(Protocol):

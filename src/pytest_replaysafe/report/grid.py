@@ -16,7 +16,7 @@ WIDTH = 100
 #: Sub-column headings: short, so four modes of four backends need no more than two panels.
 MODE_LABELS = {
     "inprocess": "proc", "sigkill": "kill", "stream": "strm", "concurrent": "conc", "recovery": "rcvr", "prune": "prun",
-    "drop": "drop", "outage": "out", "redis-down": "rdwn", "readonly": "ro",
+    "drop": "drop", "outage": "out", "redis-down": "rdwn", "readonly": "ro", "resumers": "k-rs",
 }  # fmt: skip
 MODES_LINE = "modes: proc in-process crash, kill SIGKILL + resume, strm streaming, conc two runs contest the lock"
 #: The modes shown only where their columns are, explained there.
@@ -25,6 +25,7 @@ RESUME_LINES = {
     "prune": "prun the retention job runs, then the resume",
     "double-resume": "double-resume killed like kill; every Resume sent twice, the last one again after the kill, "
     "and a different decision for one already taken (it must be refused)",
+    "resumers": "k-rs killed like kill; in the resume, every Resume sent by 3 processes at once",
 }
 FAULT_LINES = {
     "drop": "drop PostgreSQL connections terminated",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from tenxgraph.core.tools.interrupts import Interrupt
     from tenxgraph.state.messages import JSON
 
+#: How a Resume is sent by many processes at once: ``at_once(send)`` (:func:`.resumers.send_at_once`).
+AtOnce = Callable[[Callable[[], object]], None]
 #: How many pauses one drive may answer before the harness calls it a loop (a run that pauses for ever).
 MAX_ROUNDS = 50
 
@@ -49,12 +52,17 @@ class Approvals:
 
         return [Interrupt.from_dict(i) for row in self._rows(thread_id) for i in row["asked"]]
 
+    def decide(self, interrupt: Interrupt) -> JSON:
+        """The person's answer to *interrupt*, as :meth:`answer` said."""
+        answer: JSON = self._rule(interrupt)
+        return answer
+
     def _rows(self, thread: str) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
         return [row for row in map(json.loads, self.path.read_text().splitlines()) if row["thread"] == thread]
 
-    def _sent(self, thread: str, asked: list[Interrupt], decisions: dict[str, JSON]) -> None:
+    def keep(self, thread: str, asked: list[Interrupt], decisions: dict[str, JSON]) -> None:
         """Keep what was asked on *thread* and the Resume sent (one ``write(2)``: it survives a kill of this
         process)."""
         row = {"thread": thread, "asked": [i.to_dict() for i in asked], "decisions": decisions}
@@ -116,9 +124,11 @@ class Approvals:
         stream: bool,
         log: ExecutionLog,
         twice: bool,
+        at_once: AtOnce | None = None,
     ) -> RunResult[Any]:
         """Answer a run that paused, and every pause after it, until the run ends; what was asked goes to *log*.
-        *twice*: send every Resume a second time (``double-resume``): it must change nothing."""
+        *twice*: send every Resume a second time (``double-resume``): it must change nothing. *at_once*
+        (``resumers``): how to send each Resume from many processes at once, before the harness's own."""
         thread = cfg["thread_id"]
         for _ in range(MAX_ROUNDS):
             if result.status != "interrupted":
@@ -129,8 +139,10 @@ class Approvals:
                 call = call_of(result, interrupt)
                 log.write(Entry(thread, interrupt.id, "asked", interrupt.tool, call=call, cond=interrupt.kind,
                                 out=preview(interrupt.value)))  # fmt: skip
-            decisions = {i.id: self._rule(i) for i in result.interrupts}
-            self._sent(thread, result.interrupts, decisions)
+            decisions = {i.id: self.decide(i) for i in result.interrupts}
+            self.keep(thread, result.interrupts, decisions)
+            if at_once is not None:  # (``resumers``: the same Resume from k processes at once first)
+                at_once(partial(run_once, graph, Resume(decisions), cfg, stream))
             answered = run_once(graph, Resume(decisions), cfg, stream)
             if twice:  # a double click: the same answers again must change nothing
                 again = run_once(graph, Resume(decisions), cfg, stream)

@@ -4,10 +4,9 @@ body (``planned_executions``, ``begin_execution``, ``body_failed``, ``conclude``
 by :mod:`.hitrun`, which calls it back for what a schedule needs.
 
 The test body runs once per hit: ``crash_run.invoke`` crashes at that hit, resumes and returns the resumed result
-(``crash_run.thread_id`` is that hit's thread), so the test's own assertions hold for every hit.
-(Past the ~350-line guide: one class drives a cell through every mode, hit, completion order and schedule; what it
-uses has modules of its own: modes, faults, hitrun, schedules, orders, evidence, spy, verdict, timeline, exposure.)
-"""
+(``crash_run.thread_id`` is that hit's thread), so the test's own assertions hold for every hit. (Past the
+~350-line guide: one class drives a cell through every mode, hit, completion order and schedule; what it uses has
+modules of its own: modes, faults, hitrun, schedules, orders, evidence, spy, verdict, timeline, exposure.)"""
 
 from __future__ import annotations
 
@@ -38,10 +37,11 @@ from pytest_replaysafe.run.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
 from pytest_replaysafe.run.hitrun import play
 from pytest_replaysafe.run.langgraph_app import LangGraphApp, crash_point_saver, is_langgraph_app, saver_factory
 from pytest_replaysafe.run.modes import App, Hit, Inputs
+from pytest_replaysafe.run.resumers import at_once_on
 from pytest_replaysafe.run.resumes import MODES, window_arrival
 from pytest_replaysafe.run.spy import RecordingCheckpointer
 from tenxgraph.core import crashpoints
-from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
+from tenxgraph.core.graph.compiled import RunResult
 from tenxgraph.core.tools.context import ToolCallInfo
 from tenxgraph.storage.checkpointer.base import BaseCheckpointer
 from tenxgraph.utils.instrument import Instrument, install
@@ -113,6 +113,7 @@ class CellDriver:
         self.approvals = approvals
         #: ``double-resume``: every Resume twice; its resume, and a storage fault's, re-sends the last one sent.
         self.double_resume = plan.cell is not None and plan.cell.mode == "double-resume"
+        self.resumers = plan.cell is not None and plan.cell.mode == "resumers"  # (each Resume from k at once)
         self.retry_resume = self.double_resume or (plan.cell is not None and plan.cell.mode in FAULT_MODE_OBJECTS)
         self.log = ExecutionLog(workdir / "executions.jsonl")
         self.checkpointer = RecordingCheckpointer(checkpointer, self.log)
@@ -159,9 +160,7 @@ class CellDriver:
         return f"rs-{self._rng.getrandbits(48):012x}-{label}"
 
     # -- the test author's calls (through CrashRun) ---------------------------------------------------------------
-    def drive(
-        self, app: CompiledGraph[Any] | Any, input: Inputs, config: Mapping[str, Any] | None, stream: bool
-    ) -> RunResult[Any]:
+    def drive(self, app: Any, input: Inputs, config: Mapping[str, Any] | None, stream: bool) -> RunResult[Any]:
         """One ``crash_run.invoke`` (or ``stream``, ``conversation``) of a tenxgraph graph or a LangGraph app:
         clean, or crashed and resumed at this execution's hit, checked; the (resumed) result."""
         config = dict(config or {})
@@ -269,9 +268,10 @@ class CellDriver:
     ) -> RunResult[Any]:
         """One run (every turn of a conversation) on a new graph object over the cell's checkpointer."""
         self._batches, self._order_label = 0, label
+        at_once = at_once_on(self.workdir, self.log, thread) if label == "resume" and self.resumers else None
         if isinstance(app, LangGraphApp):
             assert not isinstance(input, list)
-            return app.run(input, thread, config, stream)  # type: ignore[no-any-return]
+            return app.run(input, thread, config, stream, self.approvals, at_once)  # type: ignore[no-any-return]
         graph = app.copy(self.checkpointer)
         cfg = {**config, "thread_id": thread}
         result = None
@@ -281,7 +281,7 @@ class CellDriver:
         for turn in turns:
             result = run_once(graph, turn, cfg, stream)
             if self.approvals is not None:  # a pause: the harness's person answers, until the run ends
-                result = self.approvals.settle(graph, result, cfg, stream, self.log, self.double_resume)
+                result = self.approvals.settle(graph, result, cfg, stream, self.log, self.double_resume, at_once)
         assert result is not None
         return result
 

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_replaysafe.judge.evidence import Entry, ExecutionLog
+from pytest_replaysafe.run.langgraph_pauses import answer_interrupts
 from pytest_replaysafe.run.langgraph_race import late_kill_held
 from pytest_replaysafe.run.langgraph_watch import tool_watch
-from pytest_replaysafe.run.witness import langgraph_declarations
+from pytest_replaysafe.run.witness import langgraph_declarations, ledger_of
 from tenxgraph.core.crashpoints import CrashInjected, crash_point
 from tenxgraph.core.graph.results import RunResult
 from tenxgraph.integrations.langgraph.resuming import resume_input
@@ -42,6 +43,8 @@ from tenxgraph.utils.sync import run_sync
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    from pytest_replaysafe.run.approvals import Approvals, AtOnce
 
 LANGGRAPH_EXTRA = "pip install 'tenxgraph[langgraph]'"
 
@@ -151,9 +154,18 @@ def crash_point_saver(factory: Callable[[], tuple[BaseCheckpointSaver[Any], Any]
 
         def late_reach(self, thread: str, entries: Sequence[Entry]) -> int:
             """The hits of ``langgraph.late_put_writes`` in the clean run on *thread* that a later tool call's
-            return followed (only those can play the race): the saves before the last return in *entries*."""
-            last = max((e.t for e in entries if e.event == "end" and e.t is not None), default=None)
-            return 0 if last is None else sum(1 for t in self.saved_writes.get(thread, []) if t < last)
+            return followed in the same run of the app (only those can play the race): the saves up to the first
+            with no return after it before the run ended (LangGraph waits for its saves then) or a person's answer
+            began the next (``answered`` in *entries*)."""
+            ends = [e.t for e in entries if e.event == "end" and e.t is not None]
+            answers = sorted(e.t for e in entries if e.event == "answered" and e.t is not None)
+            reached = 0
+            for t in self.saved_writes.get(thread, []):
+                until = min((a for a in answers if a > t), default=float("inf"))
+                if not any(t < end < until for end in ends):
+                    break
+                reached += 1
+            return reached
 
         def close(self) -> None:
             for pid, closer in self._closers:
@@ -206,6 +218,8 @@ class LangGraphApp:
     def __init__(self, app: Any, input: Mapping[str, Any], log: ExecutionLog, durability: str | None) -> None:
         self.app, self.input, self.log, self.durability = app, dict(input), log, durability
         self.declarations = langgraph_declarations(app)  # the witness's own reading of each tool's declaration
+        #: The ledger of the app's ``ReplaySafeToolNode`` (None: a bare LangGraph app).
+        self.ledger = ledger_of(app)
         #: A graph with a node that has only an async function runs through ``ainvoke`` / ``astream``.
         self.is_async = any(
             getattr(node.bound, "func", "") is None and getattr(node.bound, "afunc", None) is not None
@@ -218,11 +232,42 @@ class LangGraphApp:
         rest = {k: v for k, v in config.items() if k not in ("configurable", "callbacks", "lock_timeout")}
         return {**rest, "configurable": configurable, "callbacks": callbacks}
 
-    def run(self, input: Mapping[str, Any] | None, thread: str, config: Mapping[str, Any], stream: bool) -> Any:
-        """Start the run (*input*), or resume the thread (None), as a LangGraph user would."""
+    def run(
+        self,
+        input: Mapping[str, Any] | None,
+        thread: str,
+        config: Mapping[str, Any],
+        stream: bool,
+        approvals: Approvals | None = None,
+        at_once: AtOnce | None = None,
+    ) -> Any:
+        """Start the run (*input*), or resume the thread (None), as a LangGraph user would; with *approvals*, its
+        pauses are answered until it stands unpaused (*at_once*: each answer from many processes first)."""
         cfg = self._config(thread, config)
         if input is None:  # a resume, the user's way: invoke(None), or the input again if nothing was saved
             input = resume_input(self.app, self.input, cfg)
+        self._send(input, cfg, stream)
+        if approvals is not None:
+            answer_interrupts(self.app, cfg, lambda command: self._answer(command, cfg, stream), approvals,
+                              self.log, at_once)  # fmt: skip
+        return self.result(thread)
+
+    def _answer(self, command: Any, cfg: dict[str, Any], stream: bool) -> None:
+        """Send a person's answer: through ``resume_once`` over the ledger its ``ReplaySafeToolNode`` records in
+        (what the docs tell a user of it to do), else as a bare LangGraph app's user does (``invoke``)."""
+        from tenxgraph.integrations.langgraph.answering import aresume_once, resume_once
+
+        if self.ledger is None:
+            self._send(command, cfg, stream)
+            return
+        kw: dict[str, Any] = {"durability": self.durability} if self.durability else {}
+        if self.is_async:
+            run_sync(aresume_once(self.app, command, cfg, ledger=self.ledger, **kw))
+        else:
+            resume_once(self.app, command, cfg, ledger=self.ledger, **kw)
+
+    def _send(self, input: Any, cfg: dict[str, Any], stream: bool) -> None:
+        """One run of the app (``invoke``, ``stream``, or their async forms for an async graph)."""
         kw = {"durability": self.durability} if self.durability else {}
         if self.is_async:
             run_sync(self._arun(input, cfg, stream, kw))
@@ -231,7 +276,6 @@ class LangGraphApp:
                 pass
         else:
             self.app.invoke(input, cfg, **kw)
-        return self.result(thread)
 
     async def _arun(self, input: Any, cfg: dict[str, Any], stream: bool, kw: dict[str, Any]) -> None:
         """An async graph's run: ``astream`` or ``ainvoke``, on the loop of tenxgraph's sync wrappers. After an

@@ -79,7 +79,22 @@ def tool_watch(log: ExecutionLog, thread: str, declarations: Mapping[str, tuple[
             self._ended(run_id, getattr(output, "content", output), getattr(output, "status", None) == "error")
 
         def on_tool_error(self, error: BaseException, *, run_id: UUID, **kw: Any) -> None:
+            from langgraph.errors import GraphBubbleUp
+
+            if isinstance(error, GraphBubbleUp):  # it asked a person (interrupt()): it runs again once answered
+                self._paused(run_id)
+                return
             self._ended(run_id, f"{type(error).__name__}: {error}", True)
+
+        def _paused(self, run_id: UUID) -> None:
+            body = self.bodies.pop(run_id, None)
+            if body is not None:
+                log.write(Entry(body.thread, body.id, "body_paused", body.tool, call=body.call, via=body.via))
+            found = self.calls.pop(run_id, None)
+            if found is not None:
+                info, stack = found
+                self._log(info, "paused")
+                stack.close()
 
         def _witness(self, info: ToolCallInfo, found: tuple[str, int], name: str) -> Entry:
             """The harness's own view of a body the ledger runs: the key it gets (``current_idempotency_key()``

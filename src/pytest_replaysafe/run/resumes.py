@@ -298,7 +298,14 @@ class DoubleResume(SigKill):
     name = "double-resume"
 
 
+class Resumers(SigKill):
+    """k processes resume one pause at once: killed like ``sigkill``; in the resume, each Resume the harness's
+    person sends is sent by k forked processes released together (see :mod:`.resumers`)."""
+
+    name = "resumers"
+
+
 MODES: Mapping[str, Mode] = {
-    m.name: m for m in (InProcess(), SigKill(), Stream(), Concurrent(), Recover(), Prune(), DoubleResume())
+    m.name: m for m in (InProcess(), SigKill(), Stream(), Concurrent(), Recover(), Prune(), DoubleResume(), Resumers())
 }
 """Every crash mode by name."""

@@ -62,9 +62,10 @@ class RecordingCheckpointer(DelegatingCheckpointer):
         decisions (a Resume's, written together) are logged as ``decided``, once written."""
         if records and all(r.get("kind") == "decision" for _, r in records):
             written = await self.inner.aput_tool_results(thread_id, records)
-            for (_, record), outcome in zip(records, written, strict=True):
+            for (key, record), outcome in zip(records, written, strict=True):
                 value, first = record.get("value"), None if outcome is True else "not_first"
-                decided = Entry(thread_id, str(record.get("interrupt")), "decided", fp=fingerprint(value), cond=first)
+                about = str(record.get("interrupt") or key)  # (a LangGraph step's answer names no interrupt)
+                decided = Entry(thread_id, about, "decided", fp=fingerprint(value), cond=first)
                 self.log.write(replace(decided, out=preview(value)))
             return written
         entries = []

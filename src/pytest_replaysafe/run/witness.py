@@ -171,6 +171,15 @@ def langgraph_declarations(app: Any) -> dict[str, tuple[str | None, str | None]]
     return found
 
 
+def ledger_of(app: Any) -> Any:
+    """The ledger the first ledger-guarded tool node of the LangGraph *app* records in (None: none guards)."""
+    for node in (getattr(app, "nodes", None) or {}).values():
+        options = _guard_of(getattr(node, "bound", node))
+        if options is not None:
+            return options.ledger
+    return None
+
+
 def _guard_of(node: Any) -> Any:
     """The ``ReplaySafeToolCalls`` that guards a LangGraph tool node, or None (a bare ``ToolNode``)."""
     from tenxgraph.integrations.langgraph.tools import ReplaySafeToolCalls
