@@ -62,12 +62,13 @@ def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[
             continue
         label = labels.get(call, call)
         decision = decided.get(interrupt_id)
+        given = "given" if interrupt_id in langgraph else "recorded"  # (LangGraph's: the answer sent)
         if decision is None:
-            problems.append(f"{label} ran although its approval was never recorded")
+            problems.append(f"{label} ran although its approval was never {given}")
         elif decision[1].fp != APPROVED:
             problems.append(f"{label} ran although a person rejected it ({decision[1].out})")
         elif starts[0] < decision[0]:
-            problems.append(f"{label} ran before its approval was recorded")
+            problems.append(f"{label} ran before its approval was {given}")
     return problems
 
 

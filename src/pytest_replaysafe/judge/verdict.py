@@ -274,7 +274,12 @@ def judge(
         if n <= allowed:
             gaps |= names
             continue
-        if marked.get(eid) == UNRECORDED:
+        if marked.get(eid) == UNRECORDED and mode == "resumers":
+            why = (
+                " (no ledger recorded it: each process that resumed the pause ran it; ReplaySafeToolNode runs it "
+                "once, and tenxgraph.integrations.langgraph.resume_once the rest of the thread)"
+            )
+        elif marked.get(eid) == UNRECORDED:
             why = (
                 " (no ledger recorded it when it returned: LangGraph's ToolNode runs the whole batch again, "
                 "finished calls included; tenxgraph.integrations.langgraph.ReplaySafeToolNode records each call "
