@@ -68,7 +68,7 @@ demo: $(DEMO_STAMP)
 		--crash-html=crash-matrix.html
 
 # The whole product, as CI runs it: every mode at every point (in-process, SIGKILL, stream, the contest, recovery,
-# prune, double-resume), every storage fault, the budgeted contests at every lock window, over every example on
+# prune, double-resume, resumers), every storage fault, the budgeted contests at every lock window, over every example on
 # every backend that is configured; then crashes during recovery (depth 2) on the durable ones, within the default
 # budget. The seed is fixed: compare two commits with `python -m pytest_replaysafe.report.compare A.json B.json`.
 GATE_SEED    ?= 1

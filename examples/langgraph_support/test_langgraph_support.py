@@ -37,7 +37,7 @@ def test_async_graph(crash_run: CrashRun, effects: Effects) -> None:
     assert sent == {"refund": 1, "email": 2, "ticket": 1}
 
 
-@pytest.mark.crash_matrix(framework="langgraph", backends="memory,sqlite,postgres")
+@pytest.mark.crash_matrix(framework="langgraph", backends="sqlite,postgres")
 def test_approved_refund(crash_run: CrashRun, effects: Effects, approvals: Approvals) -> None:
     """The refund waits for a person (LangGraph's own ``interrupt()``, asked by ReplaySafeToolNode); the
     harness's person approves it, in every cell: once per thread, whatever the crash, and in the ``resumers``
@@ -51,7 +51,12 @@ def test_approved_refund(crash_run: CrashRun, effects: Effects, approvals: Appro
     assert sent == {"refund": 1, "email": 2, "ticket": 1}
 
 
-@pytest.mark.crash_matrix(framework="langgraph", backends="memory,sqlite,postgres")
+# (the points where a rejection could be lost or a refund slip through: the tool step and its saved writes)
+@pytest.mark.crash_matrix(
+    framework="langgraph",
+    backends="sqlite,postgres",
+    points="tool.before_invoke,tool.after_return,tool.after_record,langgraph.after_put_writes",
+)
 def test_rejected_refund(crash_run: CrashRun, effects: Effects, approvals: Approvals) -> None:
     """A person says no: the refund never runs, in any cell, and the model is told why."""
     approvals.answer("no receipt")
@@ -102,7 +107,9 @@ def test_bare_tool_node(crash_run: CrashRun, effects: Effects) -> None:
     strict=False,
     reason="the before: k processes resuming LangGraph's bare interrupt() refund k times (--runxfail shows them)",
 )
-@pytest.mark.crash_matrix(framework="langgraph", backends="sqlite,postgres", modes="resumers")
+@pytest.mark.crash_matrix(
+    framework="langgraph", backends="sqlite,postgres", modes="resumers", points="tool.before_invoke,langgraph.after_put"
+)
 def test_bare_interrupt(crash_run: CrashRun, effects: Effects, approvals: Approvals) -> None:
     """LangGraph's docs' way: the refund's body asks with ``interrupt()`` under a bare ToolNode. Every process
     that resumes the pause runs the refund (the ``resumers`` mode sends each answer from three at once)."""

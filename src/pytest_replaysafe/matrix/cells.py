@@ -75,8 +75,11 @@ FIXTURE_POINTS = {
 #: the test's model does not stream (a custom node calling ``agenerate``), the cell is not applicable.
 MODE_POINTS = {"model.mid_stream": ("stream",)}
 #: Modes that join a test's default ones when it uses a fixture: a person's answers sent twice, where the harness
-#: plays the person (``approvals``); each of them sent by k processes at once (``resumers``).
+#: plays the person (``approvals``); each of them sent by k processes at once (``resumers``, when asked).
 FIXTURE_MODES = {"double-resume": "approvals", "resumers": "approvals"}
+#: Of those, the modes a test's cells run in only when asked (``--crash-modes=resumers`` or ``all``, or the
+#: marker's ``modes=``): a default run (``make demo``) stays short.
+ASKED_MODES = frozenset({"resumers"})
 #: What makes such a point reachable, for the vacuous message.
 REACH = {
     "model.mid_stream": (
@@ -363,7 +366,7 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
         check_names("mode", marked_modes, (*MODES, *FAULT_CELL_MODES), where)
     modes = marked_modes or settings.modes or list(DEFAULT_MODES)
     if not marked_modes and not settings.modes:
-        modes += [m for m, fixture in FIXTURE_MODES.items() if fixture in metafunc.fixturenames]
+        modes += [m for m, f in FIXTURE_MODES.items() if f in metafunc.fixturenames and m not in ASKED_MODES]
     if marked_modes and settings.modes:
         modes = [m for m in modes if m in settings.modes]
     if settings.every_mode:  # (a mode that needs a fixture runs where the test has it, as in a default run)
