@@ -38,6 +38,15 @@ def effects(where: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def record_effect(where: Path, kind: str, order_id: str) -> None:
+    """One effect, as a line of ``<where>/effects`` (one ``write`` of an ``O_APPEND`` file)."""
+    fd = os.open(where / "effects", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, f"{kind} {order_id} pid={os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+
+
 def build(spec: dict[str, Any], ledger: BaseCheckpointer, saver: Any) -> Any:
     where, asks = Path(spec["where"]), spec["ask"]
 
@@ -48,21 +57,13 @@ def build(spec: dict[str, Any], ledger: BaseCheckpointer, saver: Any) -> Any:
         time.sleep(REFUND_S)
         if answer not in (True, "yes"):
             return f"not refunded {order_id}: {answer}"
-        fd = os.open(where / "effects", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        try:
-            os.write(fd, f"refund {order_id} pid={os.getpid()}\n".encode())
-        finally:
-            os.close(fd)
+        record_effect(where, "refund", order_id)
         return f"refunded {order_id}"
 
     @tool
     def send_receipt(order_id: str) -> str:
         """Email the customer a receipt."""
-        fd = os.open(where / "effects", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        try:
-            os.write(fd, f"receipt {order_id} pid={os.getpid()}\n".encode())
-        finally:
-            os.close(fd)
+        record_effect(where, "receipt", order_id)
         return f"receipt sent for {order_id}"
 
     def model(state: MessagesState) -> dict[str, Any]:
