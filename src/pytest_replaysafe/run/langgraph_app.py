@@ -260,15 +260,18 @@ class LangGraphApp:
         if self.ledger is None:
             self._send(command, cfg, stream)
             return
-        kw: dict[str, Any] = {"durability": self.durability} if self.durability else {}
         if self.is_async:
-            run_sync(aresume_once(self.app, command, cfg, ledger=self.ledger, **kw))
+            run_sync(aresume_once(self.app, command, cfg, ledger=self.ledger, **self._kw()))
         else:
-            resume_once(self.app, command, cfg, ledger=self.ledger, **kw)
+            resume_once(self.app, command, cfg, ledger=self.ledger, **self._kw())
+
+    def _kw(self) -> dict[str, Any]:
+        """What LangGraph's ``invoke`` takes besides the input and config: the test's durability, if it chose."""
+        return {"durability": self.durability} if self.durability else {}
 
     def _send(self, input: Any, cfg: dict[str, Any], stream: bool) -> None:
         """One run of the app (``invoke``, ``stream``, or their async forms for an async graph)."""
-        kw = {"durability": self.durability} if self.durability else {}
+        kw = self._kw()
         if self.is_async:
             run_sync(self._arun(input, cfg, stream, kw))
         elif stream:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tenxgraph.integrations.langgraph.pauses import _canonical, call_lock
+from tenxgraph.integrations.langgraph.pauses import call_lock, canonical
 from tenxgraph.ledger import LedgerStore
 from tenxgraph.utils.errors import ConfigError, InterruptDecidedError
 from tenxgraph.utils.sync import run_sync, to_thread
@@ -69,7 +69,7 @@ async def _resume_once(
     thread_id = str((config.get("configurable") or {}).get("thread_id") or "")
     if not thread_id:
         raise ConfigError("resume_once: config has no configurable.thread_id; say which thread to resume")
-    given = {str(i): _canonical(a) for i, a in answers.items()}
+    given = {str(i): canonical(a) for i, a in answers.items()}
     async with call_lock(ledger, thread_id, "\x00resume", wait):
         state = await to_thread(app.get_state, config)
         pending = {i.id for i in state.interrupts}
@@ -78,7 +78,7 @@ async def _resume_once(
             records = [(_key(i, checkpoint), {"v": 1, "kind": "decision", "interrupt": i, "value": v})
                        for i, v in given.items()]  # fmt: skip
             found = await ledger.aget_tool_results(thread_id, [k for k, _ in records])
-            _check(thread_id, given, {k: r for k, r in found.items()}, checkpoint)
+            _check(thread_id, given, found, checkpoint)
             new = [(k, r) for k, r in records if k not in found]
             if new:
                 await ledger.aput_tool_results(thread_id, new)

@@ -70,7 +70,8 @@ def decision_key(message_id: str, index: int) -> str:
     return f"decision:{message_id}:{index}"
 
 
-def _canonical(value: Any) -> JSON:
+def canonical(value: Any) -> JSON:
+    """An answer as the ledger stores it (JSON, keys sorted): what two answers are compared by."""
     loaded: JSON = json.loads(json.dumps(value, sort_keys=True, default=str))
     return loaded
 
@@ -82,7 +83,7 @@ async def settle_answers(
     :class:`InterruptDecidedError` if one differs from the decision recorded before it (that one stands).
     *found*: the ledger's records, read under the step's lock, of at least the step's decision keys."""
     keys = [decision_key(message_id, i) for i in range(len(answers))]
-    given = [_canonical(a) for a in answers]
+    given = [canonical(a) for a in answers]
     new = [(k, {"v": 1, "kind": "decision", "value": g}) for k, g in zip(keys, given, strict=True) if k not in found]
     if new:
         written = await ledger.aput_tool_results(thread_id, new)
@@ -165,7 +166,7 @@ def needs_approval(rule: ApprovalRule | None, args: dict[str, Any]) -> bool:
 
 def approval_question(call: Mapping[str, Any]) -> dict[str, JSON]:
     """What the approval interrupt shows the person (its value in ``result["__interrupt__"]``)."""
-    return {"kind": APPROVAL, "tool": call["name"], "args": _canonical(call.get("args") or {}),
+    return {"kind": APPROVAL, "tool": call["name"], "args": canonical(call.get("args") or {}),
             "tool_call_id": call.get("id")}  # fmt: skip
 
 
