@@ -5,6 +5,10 @@ saver with our PostgreSQL ledger (with ``REPLAYSAFE_PG_DSN``). Each pair's ratio
 median, min and max of the ratios, the ledger's reads and commits per batch, and the machine's load are written to
 ``benchmarks/tool_node.json`` (target: a median ratio of at most 1.15 at N = 1, 4 and 16).
 
+Beside them, on SQLite, the floors of the sync path without any ledger work: a ``ToolNode`` whose
+``wrap_tool_call`` only hands each call to the sync wrappers' event loop and back (``crossing``), and one that
+also runs LangGraph's ``execute`` in a thread from there (``crossing + thread``), as the wrapper does.
+
     python -m benchmarks.tool_node [pairs]   # 30 pairs per N by default
 """
 
@@ -96,6 +100,39 @@ def measure(saver: Any, ledger: Any, n: int, pairs: int) -> dict[str, Any]:
     }
 
 
+def floors(saver: Any, n: int, pairs: int) -> list[dict[str, Any]]:
+    """The ratios of the sync path's thread crossings alone (no ledger) over ``ToolNode``, *pairs* each."""
+    from langchain_core.tools import tool
+    from langgraph.prebuilt import ToolNode
+
+    from tenxgraph.utils.sync import run_sync, to_thread
+
+    def crossing(request: Any, execute: Callable[[Any], Any]) -> Any:
+        async def run() -> Any:
+            return execute(request)
+
+        return run_sync(run())
+
+    def crossing_and_thread(request: Any, execute: Callable[[Any], Any]) -> Any:
+        async def run() -> Any:
+            return await to_thread(execute, request)
+
+        return run_sync(run())
+
+    calls = [{"order": i} for i in range(n)]
+    plain = bench.langgraph_calls(saver, refund, calls)
+    rows = []
+    for name, wrap in (("crossing", crossing), ("crossing + thread", crossing_and_thread)):
+        node = ToolNode([tool(refund)], wrap_tool_call=wrap)
+        wrapped = bench.langgraph_calls(saver, refund, calls, tool_node=node)
+        for _ in range(3):
+            plain()
+            wrapped()
+        ratios = [timed(wrapped) / timed(plain) for _ in range(pairs)]
+        rows.append({"floor": name, "n": n, "pairs": pairs, "ratio_median": round(statistics.median(ratios), 3)})
+    return rows
+
+
 def main() -> None:
     pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 30
     out: dict[str, Any] = {"load_average_at_start": round(os.getloadavg()[0], 2), "target": TARGET, "rows": []}
@@ -105,6 +142,10 @@ def main() -> None:
                 row = {"backend": backend, **measure(saver, ledger, n, pairs)}
                 out["rows"].append(row)
                 print("ReplaySafeToolNode / ToolNode:", json.dumps(row), flush=True)
+        for n in SIZES:
+            for row in floors(found["sqlite"][0], n, pairs):
+                out.setdefault("floors", []).append(row)
+                print("floor / ToolNode (SQLite, no ledger):", json.dumps(row), flush=True)
     out["load_average_at_end"] = round(os.getloadavg()[0], 2)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     print(f"written: {RESULTS}")

@@ -95,6 +95,65 @@ def test_one_ledger_read_per_step_of_parallel_calls(ledger: Any, n: int, mode: s
     assert ledger.reads == 1  # (one per call before: n)
 
 
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_a_step_converts_its_message_and_checks_its_tool_once(
+    ledger: Any, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LangGraph hands each of a step's 16 calls the same AIMessage and tool objects: the message is converted
+    for the ledger once (not 16 times, each of 16 calls), the tool's declarations checked once; a second run's
+    new message is converted again."""
+    from tenxgraph.integrations.langgraph import messages, tools
+    from tenxgraph.ledger import effect_from_hints
+
+    converted: list[str | None] = []
+    hints: list[str] = []
+
+    def counted(ai: AIMessage) -> Any:
+        converted.append(ai.id)
+        return messages.assistant_message(ai)
+
+    def counted_hints(meta: Any) -> Any:
+        hints.append("checked")
+        return effect_from_hints(meta)
+
+    monkeypatch.setattr(tools, "assistant_message", counted)
+    monkeypatch.setattr(tools, "effect_from_hints", counted_hints)
+    effects: Counter[str] = Counter()
+    node = ReplaySafeToolNode([refunds(effects)], ledger=ledger)
+    app = graph(node, 16)
+    for thread in ("t1", "t2"):
+        cfg = {"configurable": {"thread_id": thread}}
+        go = {"messages": [HumanMessage("go")]}
+        if mode == "invoke":
+            app.invoke(go, cfg, durability="sync")
+        else:
+            asyncio.run(app.ainvoke(go, cfg, durability="sync"))
+    assert effects == Counter({f"o{i}": 2 for i in range(16)})
+    assert converted == ["ai-1", "ai-1"]  # (each thread's message is a new object: converted once each)
+    assert hints == ["checked"]  # (by the constructor, which checks each tool: not again by its 32 calls)
+
+
+def test_an_identity_memo_converts_each_object_once_and_forgets_the_oldest() -> None:
+    from tenxgraph.utils.memo import IdentityMemo
+
+    made: list[int] = []
+
+    def convert(obj: list[int]) -> int:
+        made.append(len(obj))
+        return len(obj)
+
+    memo: IdentityMemo[list[int], int] = IdentityMemo(convert, size=2)
+    a, b, c = [1], [1, 2], [1, 2, 3]
+    assert [memo.get(a), memo.get(a), memo.get([1])] == [1, 1, 1]  # (an equal object is another object)
+    assert made == [1, 1]
+    memo.get(b)
+    memo.get(c)  # (size 2: a and the other [1] are forgotten, the oldest first)
+    assert (memo.get(c), memo.get(a), len(memo)) == (3, 1, 2)
+    assert made == [1, 1, 2, 3, 1]
+    with pytest.raises(ValueError, match="at least one"):
+        IdentityMemo(convert, size=0)
+
+
 def test_a_step_run_again_in_the_same_process_reads_again(ledger: Any) -> None:
     """A crash after the second record, then the same node resumes the step in the same process: a new execution
     of the step reads the ledger afresh (the first execution's read predates two records), so the recorded calls

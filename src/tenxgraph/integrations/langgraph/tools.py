@@ -67,12 +67,17 @@ from tenxgraph.ledger import (
     invoke_tool_call,
     ledger_key,
 )
+from tenxgraph.state.messages import Message
 from tenxgraph.utils.constants import LOGGER_NAME, TOOL_TIMEOUT
 from tenxgraph.utils.errors import ConfigError
+from tenxgraph.utils.memo import IdentityMemo
 from tenxgraph.utils.sync import run_sync, to_thread
 
 __all__ = ["AsyncExecute", "Execute", "ReplaySafeToolCalls", "Result", "current_idempotency_key"]
 log = logging.getLogger(LOGGER_NAME)
+
+#: What was declared for a tool, checked: ``(on_in_doubt, reconcile, effect)``.
+PolicyOf = tuple[str | None, Reconcile | None, Effect | None]
 
 #: Where LangGraph keeps a run's ``durability`` in its config (absent: its default, ``"async"``).
 DURABILITY_KEY = "__pregel_durability"
@@ -133,6 +138,10 @@ class ReplaySafeToolCalls:
         self.messages_key = messages_key
         self._durability_warned = False
         self._groups = CallGroups()  # what each AIMessage's calls under way share (tenxgraph.ledger.CallGroups)
+        # LangGraph hands every call of a step the same AIMessage and tool objects: each is converted and checked
+        # once, not once per call (N calls of one message: N conversions of N calls each)
+        self._messages: IdentityMemo[AIMessage, Message] = IdentityMemo(assistant_message)
+        self._policies: IdentityMemo[BaseTool, PolicyOf] = IdentityMemo(self._check_policy)
 
     def check(self, tools: Sequence[BaseTool]) -> None:
         """Check every tool's effect class and in-doubt policy now (a ``ConfigError`` naming the tool)."""
@@ -188,7 +197,7 @@ class ReplaySafeToolCalls:
         try:
             return await consume_once(pause, run)
         except GraphBubbleUp:  # it paused before the ledger (its approval): its siblings stop waiting for it
-            self._groups.pass_over(self.ledger, thread_id, assistant_message(ai), _execution(request), index)
+            self._groups.pass_over(self.ledger, thread_id, self._messages.get(ai), _execution(request), index)
             raise
 
     async def _record(
@@ -208,7 +217,7 @@ class ReplaySafeToolCalls:
         lc_tool = request.tool
         declared = self._policy(lc_tool) if lc_tool is not None else (None, None, None)
         tool = ledger_tool(request, execute, sync_execute, fresh, Policy(*declared, self._transactions))
-        message = assistant_message(ai)
+        message = self._messages.get(ai)
         group = self._groups.join(self.ledger, thread_id, message, _execution(request))
         config = getattr(request.runtime, "config", None)  # (resumed: its calls pass one at a time, unordered)
         try:
@@ -250,8 +259,11 @@ class ReplaySafeToolCalls:
         """The tool's approval rule, given to the constructor or in its ``metadata`` (None: it needs none)."""
         return check_rule(tool.name, self.approvals.get(tool.name, (tool.metadata or {}).get("approval")))
 
-    def _policy(self, tool: BaseTool) -> tuple[str | None, Reconcile | None, Effect | None]:
-        """``(on_in_doubt, reconcile, effect)`` of a LangChain tool, checked."""
+    def _policy(self, tool: BaseTool) -> PolicyOf:
+        """``(on_in_doubt, reconcile, effect)`` of a LangChain tool, checked (once per tool object)."""
+        return self._policies.get(tool)
+
+    def _check_policy(self, tool: BaseTool) -> PolicyOf:
         meta = tool.metadata or {}
         policy = self.on_in_doubt.get(tool.name, meta.get("on_in_doubt"))
         reconcile = self.reconcile.get(tool.name, meta.get("reconcile"))
