@@ -154,6 +154,26 @@ def test_an_identity_memo_converts_each_object_once_and_forgets_the_oldest() -> 
         IdentityMemo(convert, size=0)
 
 
+def test_a_message_changed_in_place_is_converted_again() -> None:
+    """The wrapper's memo checks each reuse against the message's id and calls: an AIMessage given another id or
+    another call in place (same object) is not answered from its first conversion."""
+    from langchain_core.messages import AIMessage
+
+    from tenxgraph.integrations.langgraph.messages import assistant_message
+    from tenxgraph.integrations.langgraph.tools import _shape
+    from tenxgraph.utils.memo import IdentityMemo
+
+    memo = IdentityMemo(assistant_message, fingerprint=_shape)
+    ai = AIMessage("", id="ai-1", tool_calls=[{"name": "refund", "args": {"order": "o1"}, "id": "c1"}])
+    first = memo.get(ai)
+    assert memo.get(ai) is first
+    ai.tool_calls.append({"name": "refund", "args": {"order": "o2"}, "id": "c2"})
+    grown = memo.get(ai)
+    assert [call.id for call in grown.tool_calls] == ["c1", "c2"]
+    ai.id = "ai-2"
+    assert (grown.message_id, memo.get(ai).message_id) == ("ai-1", "ai-2")
+
+
 def test_a_step_run_again_in_the_same_process_reads_again(ledger: Any) -> None:
     """A crash after the second record, then the same node resumes the step in the same process: a new execution
     of the step reads the ledger afresh (the first execution's read predates two records), so the recorded calls

@@ -140,7 +140,7 @@ class ReplaySafeToolCalls:
         self._groups = CallGroups()  # what each AIMessage's calls under way share (tenxgraph.ledger.CallGroups)
         # LangGraph hands every call of a step the same AIMessage and tool objects: each is converted and checked
         # once, not once per call (N calls of one message: N conversions of N calls each)
-        self._messages: IdentityMemo[AIMessage, Message] = IdentityMemo(assistant_message)
+        self._messages: IdentityMemo[AIMessage, Message] = IdentityMemo(assistant_message, fingerprint=_shape)
         self._policies: IdentityMemo[BaseTool, PolicyOf] = IdentityMemo(self._check_policy)
 
     def check(self, tools: Sequence[BaseTool]) -> None:
@@ -280,6 +280,12 @@ class ReplaySafeToolCalls:
                 "SqliteCheckpointer or PgCheckpointer, or say 'external' or 'idempotent'"
             )
         return policy, reconcile, effect
+
+
+def _shape(ai: AIMessage) -> object:
+    """What of an ``AIMessage`` its conversion depends on, checked on every reuse in constant time: a message
+    given a new id, new calls or a new list of them in place is converted again."""
+    return ai.id, id(ai.tool_calls), len(ai.tool_calls)
 
 
 def _thread_of(request: ToolCallRequest) -> str:
