@@ -43,6 +43,7 @@ from tenxgraph.core.graph.utils.ledger_record import ToolExecution, result_messa
 from tenxgraph.core.graph.utils.probe import Probe, probe
 from tenxgraph.core.graph.utils.record_batch import RecordBatch
 from tenxgraph.core.graph.utils.shared_read import Records, SharedRead
+from tenxgraph.core.graph.utils.waiting_lock import waiting_lock
 from tenxgraph.core.tools.context import (
     ToolCallInfo,
     Transaction,
@@ -89,4 +90,5 @@ __all__ = [
     "ledger_key",
     "probe",
     "result_message_id",
+    "waiting_lock",
 ]

@@ -274,3 +274,14 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
             "await the async variant instead (ainvoke, aget_thread, ...)"
         )
     return sync.run(coro)
+
+
+async def on_sync_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Await *coro* on the sync wrappers' loop from any other loop (on that loop itself: awaited there). For a store
+    whose connections belong to the loop that opened them (``PgCheckpointer``), used from a framework's own loop:
+    its connections stay on one loop, the one its sync methods (``close``) use. (A worker thread runs it there as
+    a sync call does: the loop has no thread of its own to hand it to.)"""
+    home = _current()
+    if asyncio.get_running_loop() is home.loop:
+        return await coro
+    return await asyncio.to_thread(home.run, coro)

@@ -22,30 +22,26 @@ approves, ``False`` or a reason string rejects (an error ``ToolMessage`` naming 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
-import time
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tenxgraph.core.tools.interrupts import APPROVAL, ApprovalRule, is_approved, rejection_text
 from tenxgraph.core.tools.tool import check_approval
-from tenxgraph.ledger import LedgerStore, Records
+from tenxgraph.ledger import LedgerStore, Records, waiting_lock
 from tenxgraph.state.messages import JSON
 from tenxgraph.utils.constants import LOGGER_NAME
-from tenxgraph.utils.errors import ConfigError, InterruptDecidedError, ThreadBusyError
+from tenxgraph.utils.errors import ConfigError, InterruptDecidedError
 
 log = logging.getLogger(LOGGER_NAME)
 R = TypeVar("R")
 
 #: Where LangGraph keeps a task's scratchpad (its answers to the task's interrupts) in the task's config.
 SCRATCHPAD_KEY = "__pregel_scratchpad"
-_lockless_warned: set[str] = set()
 
 
 def scratchpad(config: Mapping[str, Any] | None) -> object | None:
@@ -101,47 +97,11 @@ def lock_name(thread_id: str, message_id: str) -> str:
     return "langgraph-step-" + hashlib.sha256(f"{thread_id}\x00{message_id}".encode()).hexdigest()[:40]
 
 
-#: Within a process the calls of one step take its lock in turn (an asyncio lock per event loop and step), so a
-#: process holds one storage lock per step, never one per call: a PostgreSQL lock holds a pool connection, and
-#: a step of more calls than the pool has connections, each waiting to record while holding one, would stall.
-_in_process: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.WeakValueDictionary()
-
-
-@asynccontextmanager
-async def call_lock(ledger: LedgerStore, thread_id: str, message_id: str, wait: float) -> AsyncIterator[None]:
+def call_lock(ledger: LedgerStore, thread_id: str, message_id: str, wait: float) -> AbstractAsyncContextManager[None]:
     """Hold the lock of the step of AIMessage *message_id* (waiting up to *wait* seconds while another resumer
-    holds it; then :class:`ThreadBusyError`). A store without ``arun_lock`` has none across processes: a WARNING,
-    once per store type."""
-    name = lock_name(thread_id, message_id)
-    key = (id(asyncio.get_running_loop()), name)
-    local = _in_process.get(key)
-    if local is None:
-        local = _in_process[key] = asyncio.Lock()
-    async with local:
-        take: Callable[[str], Any] | None = getattr(ledger, "arun_lock", None)
-        if take is None:
-            kind = type(ledger).__name__
-            if kind not in _lockless_warned:
-                _lockless_warned.add(kind)
-                log.warning(
-                    "the %s ledger has no arun_lock: processes resuming one LangGraph interrupt at once may each "
-                    "run the resumed call (use SqliteCheckpointer or PgCheckpointer)", kind,
-                )  # fmt: skip
-            yield
-            return
-        start, delay = time.monotonic(), 0.005
-        async with AsyncExitStack() as stack:
-            while True:
-                try:
-                    await stack.enter_async_context(take(name))
-                    break
-                except ThreadBusyError:
-                    waited = time.monotonic() - start
-                    if waited > wait:
-                        raise ThreadBusyError(thread_id, waited=round(waited, 1)) from None
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 0.2)
-            yield
+    holds it; then :class:`ThreadBusyError`). The step's calls take it in turn within a process
+    (:func:`tenxgraph.ledger.waiting_lock`)."""
+    return waiting_lock(ledger, lock_name(thread_id, message_id), thread_id, wait, "one LangGraph interrupt")
 
 
 def check_rule(tool: str, rule: object) -> ApprovalRule | None:

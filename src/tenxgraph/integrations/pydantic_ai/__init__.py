@@ -1,0 +1,42 @@
+"""Pydantic AI agents made durable on the ledger (the ``pydantic_ai`` extra: ``pip install ".[pydantic-ai]"``,
+``pydantic-ai-slim``), through Pydantic AI's own API for durable execution engines (``pydantic_ai.durable_exec``).
+
+- :class:`LedgerDurability`: a capability for ``Agent(..., capabilities=[LedgerDurability(ledger)])``. Every run
+  with a ``run_id`` is durable: the model's responses are journaled (a resumed run does not ask the model again
+  for a turn it has), and every tool call goes through the ledger, keyed by the journaled response and the call's
+  ``tool_call_id``: recorded calls replay, parallel calls are recorded one by one as they return, with effect
+  classes, in-doubt policies and idempotency keys. Resume a run after a crash by running it again with the same
+  ``run_id``, from any process.
+- :func:`current_idempotency_key`: the key of the tool call running now, for the payment or email provider.
+
+See docs/pydantic-ai.md. Importing this package needs no Pydantic AI; its names import it on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tenxgraph.utils.constants import install_hint
+
+if TYPE_CHECKING:
+    from tenxgraph.integrations.pydantic_ai.durability import LedgerDurability, current_idempotency_key
+
+__all__ = ["LedgerDurability", "current_idempotency_key"]
+_WHERE = {name: "tenxgraph.integrations.pydantic_ai.durability" for name in __all__}
+
+
+def require_pydantic_ai() -> None:
+    """Raise an ImportError that names the extra if Pydantic AI (with its durability API) is missing."""
+    try:
+        import pydantic_ai.durable_exec  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"tenxgraph.integrations.pydantic_ai needs pydantic-ai-slim>=2.78 ({exc.name} is "
+                          f"missing): {install_hint('pydantic-ai')}") from exc  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    require_pydantic_ai()
+    return getattr(importlib.import_module(_WHERE[name]), name)

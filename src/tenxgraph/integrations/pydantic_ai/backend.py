@@ -1,0 +1,228 @@
+"""Where Pydantic AI's durable operations meet the ledger: :class:`LedgerBackend`, the engine's backend
+(``pydantic_ai.durable_exec.JournalCallableOperationBackend``), given each operation as one async body.
+
+- A **model request** is journaled in the ledger's store, in the run's thread, under ``model-response:{s}:{n}``
+  (*s*: the run's step, Pydantic AI's ``run_step``; *n*: how many messages the request carries; both the same on
+  every replay of the run). Recorded: the response is answered from the record and the model is not asked.
+  First write wins: two processes resuming one run both go on with the response recorded first.
+- A **tool call** (function and MCP toolsets) goes through the ledger's public entry
+  (:func:`tenxgraph.ledger.invoke_tool_call`), keyed by the journaled response that asked for it
+  (``response:{n}``, its place in the history) and the call's ``tool_call_id``. The tool's encoded result
+  (Pydantic AI's ``CallToolResult``: a return value, or a ``ModelRetry`` / ``ToolFailed`` / deferral carried as
+  data) is what is recorded and replayed. A tool that raised is recorded as failed: the run that ran it gets its
+  exception, a resumed run tells the model it failed (``ToolFailed``), and it never runs again.
+- Anything else (argument validation, event handlers, token counts) runs as it is, not journaled: it has no
+  effect outside the process.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.durable_exec import (
+    JSON_CODEC,
+    CallToolResult,
+    DurableOperationId,
+    JournalCallableOperationBackend,
+    ModelRequestId,
+    ToolsetCallToolId,
+    ToolsetCallToolParams,
+)
+from pydantic_ai.durable_exec._toolset import wrap_tool_call_result
+from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+
+from tenxgraph.ledger import (
+    CallGroups,
+    Effect,
+    LedgerStore,
+    Reconcile,
+    Tool,
+    ToolExecution,
+    ToolOutput,
+    invoke_tool_call,
+)
+from tenxgraph.state.messages import JSON, Message, ToolCallBlock
+from tenxgraph.utils.constants import LOGGER_NAME
+
+__all__ = ["LedgerBackend", "ToolPolicy", "model_key", "response_id", "run_id_of", "thread_of"]
+log = logging.getLogger(LOGGER_NAME)
+
+Body = Callable[[], Awaitable[object]]
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """What was declared for a tool, checked: its in-doubt policy, reconcile function and effect class."""
+
+    on_in_doubt: str | None
+    reconcile: Reconcile | None
+    effect: Effect | None
+
+
+def thread_of(agent_name: str, run_id: str) -> str:
+    """The ledger thread of a run of the agent named *agent_name*."""
+    return f"pydantic-ai:{agent_name}:{run_id}"
+
+
+def model_key(run_step: int, messages: Sequence[ModelMessage]) -> str:
+    """The journal key of the model request the run makes at *run_step*, carrying *messages*."""
+    return f"model-response:{run_step}:{len(messages)}"
+
+
+def response_id(position: int) -> str:
+    """The ledger's message id of the response at *position* in a run's history (the same on every replay)."""
+    return f"response:{position}"
+
+
+class LedgerBackend(JournalCallableOperationBackend[None]):
+    """The engine's backend: model requests journaled, tool calls through the ledger (*policy_of*: a tool's
+    checked declarations, by its name and metadata)."""
+
+    def __init__(
+        self,
+        *,
+        agent_name: str,
+        ledger: LedgerStore,
+        tool_timeout: float | None,
+        policy_of: Callable[[str, Mapping[str, Any]], ToolPolicy],
+        groups: CallGroups,
+        config: Any,
+    ) -> None:
+        super().__init__(agent_name=agent_name, config=config)
+        self.agent_name = agent_name
+        self.ledger = ledger
+        self.tool_timeout = tool_timeout
+        self.policy_of = policy_of
+        self.groups = groups
+
+    async def execute(
+        self,
+        *,
+        operation_id: DurableOperationId,
+        name: str,
+        body: Body,
+        cache_key: tuple[object, ...],
+        config: None,
+    ) -> object:
+        if isinstance(operation_id, ModelRequestId):
+            messages, context = cache_key[1], cache_key[-1]
+            assert isinstance(messages, list) and isinstance(context, RunContext)
+            return await self._journaled(body, context, model_key(context.run_step, messages))
+        if isinstance(operation_id, ToolsetCallToolId):
+            tool_name, args, context, tool = cache_key[0], cache_key[1], cache_key[2], cache_key[3]
+            assert isinstance(tool_name, str) and isinstance(args, dict) and isinstance(context, RunContext)
+            params = ToolsetCallToolParams(tool_name, tool_args=args, ctx=context, tool=tool)  # type: ignore[arg-type]
+            return await self._tool_call(body, params)
+        return await body()
+
+    # -- model requests --------------------------------------------------------------------------------------
+    async def _journaled(self, body: Body, context: RunContext[Any], key: str) -> object:
+        thread = thread_of(self.agent_name, run_id_of(context))
+        found = (await self.ledger.aget_tool_results(thread, [key])).get(key)
+        if found is not None:
+            return found["payload"]
+        payload = await body()
+        record: dict[str, JSON] = {"v": 1, "kind": "model_response", "payload": payload}
+        if await self.ledger.aput_tool_result(thread, key, record):
+            return payload
+        winner = (await self.ledger.aget_tool_results(thread, [key]))[key]  # (another resumer recorded first)
+        return winner["payload"]
+
+    # -- tool calls ------------------------------------------------------------------------------------------
+    async def _tool_call(self, body: Body, params: ToolsetCallToolParams) -> object:
+        context = params.ctx
+        thread = thread_of(self.agent_name, run_id_of(context))
+        found = _asking(context.messages, context.tool_call_id)
+        if found is None:
+            log.warning(
+                "tool call %r (%r) of run %r runs without replay protection: no response in the run's history "
+                "asked for it (a tool called outside the agent's loop?)",
+                params.name, context.tool_call_id, context.run_id,
+            )  # fmt: skip
+            return await body()
+        response, position, index = found
+        message = _as_message(response, position)
+        metadata = (getattr(getattr(params.tool, "tool_def", None), "metadata", None) or {}) if params.tool else {}
+        policy = self.policy_of(params.name, metadata)
+        raised: list[Exception] = []
+        tool = _ledger_tool(params.name, params.tool_args, body, policy, raised)
+        group = self.groups.join(self.ledger, thread, message, response)
+        try:
+            execution = await invoke_tool_call(
+                message, index, {tool.name: tool}, self.ledger, thread, tool_timeout=self.tool_timeout, group=group
+            )
+        finally:
+            self.groups.passed(group)
+        return await _payload(execution, raised)
+
+
+def run_id_of(context: RunContext[Any]) -> str:
+    if not context.run_id:
+        raise RuntimeError("a durable Pydantic AI run has no run_id: Pydantic AI gives every run one")
+    return context.run_id
+
+
+def _asking(messages: Sequence[ModelMessage], call_id: str | None) -> tuple[ModelResponse, int, int] | None:
+    """The latest response that asked for *call_id*, its place in the history and the call's index in it."""
+    for position in range(len(messages) - 1, -1, -1):
+        response = messages[position]
+        if isinstance(response, ModelResponse):
+            calls = [part for part in response.parts if isinstance(part, ToolCallPart)]
+            for index, part in enumerate(calls):
+                if part.tool_call_id == call_id:
+                    return response, position, index
+    return None
+
+
+def _as_message(response: ModelResponse, position: int) -> Message:
+    calls = [
+        ToolCallBlock(part.tool_call_id, part.tool_name, part.args_as_dict())
+        for part in response.parts
+        if isinstance(part, ToolCallPart)
+    ]
+    return Message.assistant("", calls, message_id=response_id(position))
+
+
+def _ledger_tool(name: str, args: Mapping[str, Any], body: Body, policy: ToolPolicy, raised: list[Exception]) -> Tool:
+    """The call as the ledger runs it: Pydantic AI's own body (it validated the arguments and runs the real tool),
+    answering with the encoded result the ledger records; an exception it raised is kept in *raised*."""
+
+    async def run(**_: Any) -> ToolOutput:
+        try:
+            payload = await body()
+        except Exception as exc:
+            raised.append(exc)
+            raise
+        return ToolOutput(payload)
+
+    return Tool(
+        name=name,
+        description="",
+        fn=run,
+        parameters={"type": "object", "properties": {arg: {} for arg in args}},
+        is_async=True,
+        on_in_doubt=policy.on_in_doubt,
+        reconcile=policy.reconcile,
+        effect=policy.effect,
+    )
+
+
+async def _payload(execution: ToolExecution, raised: list[Exception]) -> object:
+    """What Pydantic AI gets for the call: its recorded result; for a failed call, the exception it raised here,
+    or (replayed, in doubt, timed out) a ``ToolFailed`` the model sees."""
+    result = execution.result
+    if not result.is_error:
+        return result.output
+    if raised and not execution.replayed:
+        raise raised[-1]
+    text = result.output if isinstance(result.output, str) else str(result.output)
+
+    async def failed() -> object:
+        raise ToolFailed(text)
+
+    return JSON_CODEC.dump(CallToolResult, await wrap_tool_call_result(failed()))

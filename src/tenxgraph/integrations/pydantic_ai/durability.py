@@ -1,0 +1,146 @@
+""":class:`LedgerDurability`: a Pydantic AI agent durable on the ledger, as an engine of Pydantic AI's own
+durability API (``pydantic_ai.durable_exec.BaseDurabilityCapability``, the base of its Temporal, DBOS and
+Prefect engines), with no server to run: the records live in the ledger's store (``InMemoryCheckpointer``,
+``SqliteCheckpointer``, ``PgCheckpointer``).
+
+The durable container is the run (``agent.run``, ``run_sync``, ``run_stream``, ``iter``): every run of the agent
+is journaled under its ``run_id``; run it again with the same ``run_id`` (and the same prompt) to resume it after a
+crash, from any process. The durable units (:mod:`.backend`): each model request, journaled; each tool call,
+through the ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai.capabilities.abstract import WrapRunHandler
+from pydantic_ai.durable_exec import (
+    JSON_CODEC,
+    BaseDurabilityCapability,
+    DurabilityEngineSpec,
+    DurableOperationBackend,
+    RoleBasedOperationConfig,
+)
+from pydantic_ai.models import Model
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import AgentDepsT, RunContext
+
+from tenxgraph.integrations.pydantic_ai.backend import LedgerBackend, ToolPolicy, run_id_of, thread_of
+from tenxgraph.integrations.pydantic_ai.home_loop import HomeLoopLedger
+from tenxgraph.ledger import (
+    CallGroups,
+    Effect,
+    LedgerStore,
+    Reconcile,
+    check_policy,
+    current_tool_call,
+    effect_from_hints,
+    waiting_lock,
+)
+from tenxgraph.utils.constants import TOOL_TIMEOUT
+from tenxgraph.utils.errors import ConfigError
+
+__all__ = ["LedgerDurability", "current_idempotency_key"]
+
+
+def current_idempotency_key() -> str | None:
+    """The idempotency key of the tool call running now through the ledger: the same on every replay and in every
+    process, different for every other call; pass it to the payment or email provider. None outside one."""
+    call = current_tool_call()
+    return call.idempotency_key if call is not None and call.key is not None else None
+
+
+@dataclass(init=False, kw_only=True)
+class LedgerDurability(BaseDurabilityCapability[AgentDepsT]):
+    """``Agent(model, name="support", capabilities=[LedgerDurability(ledger)])``: every run journaled in *ledger*
+    (``SqliteCheckpointer(path)``, ``PgCheckpointer(...)``, ``InMemoryCheckpointer()``) under its ``run_id``.
+    *effects*, *on_in_doubt*, *reconcile*: per tool name, as ``@tool(...)`` takes them (a tool's ``metadata``
+    may say them too: ``@agent.tool_plain(metadata={"effect": "read"})``). *name*: the agent's, if not given
+    (a durable agent needs one: it names the run's records). *models*: as Pydantic AI's other engines take it."""
+
+    engine_spec = DurabilityEngineSpec(
+        engine_name="tenxgraph",
+        durable_unit_noun="ledger record",
+        durable_container_noun="durable run",
+        codec=JSON_CODEC,  # (the ledger's stores keep JSON)
+        wrapped_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
+        toolset_lifecycles={"function": "enter-always", "mcp": "enter-in-durable-unit", "dynamic": "enter-never"},
+        unsupported_runtime_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
+        journal_discovery=False,  # (listing tools has no effect outside the process: it runs again on resume)
+        sequential_tools_in_durable_context=False,
+    )
+
+    def __init__(
+        self,
+        ledger: LedgerStore,
+        *,
+        name: str | None = None,
+        models: Mapping[str, Model] | None = None,
+        tool_timeout: float | None = TOOL_TIMEOUT,
+        effects: Mapping[str, str] | None = None,
+        on_in_doubt: Mapping[str, str] | None = None,
+        reconcile: Mapping[str, Reconcile] | None = None,
+    ) -> None:
+        if not isinstance(ledger, LedgerStore):
+            raise ConfigError(
+                f"LedgerDurability(ledger={ledger!r}): not a tenxgraph ledger store: pass SqliteCheckpointer(path), "
+                "PgCheckpointer(...), InMemoryCheckpointer() or a store with tenxgraph.ledger.LedgerStore's methods"
+            )
+        super().__init__(models=models, name=name)
+        self.ledger = ledger
+        self.tool_timeout = tool_timeout
+        self.effects = dict(effects or {})
+        self.on_in_doubt = dict(on_in_doubt or {})
+        self.reconcile = dict(reconcile or {})
+        #: How long a process that resumes a run waits while another runs it (then ``ThreadBusyError``).
+        self.lock_wait = (tool_timeout or TOOL_TIMEOUT) + 30.0
+        self._home = HomeLoopLedger(ledger)
+        self._groups = CallGroups()
+        self._backend: LedgerBackend | None = None
+
+    @property
+    def in_durable_context(self) -> bool:
+        """Every run of an agent with this capability is durable: its container is the run itself (no workflow
+        of an engine around it), keyed by its ``run_id``."""
+        return True
+
+    async def wrap_run(self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        """The run under its lock (the store's run lock, named after the run: k processes that resume one run at
+        once take it in turn; each later one replays what the first recorded, model turns and tool calls)."""
+        thread = thread_of(self.name, run_id_of(ctx))
+        store = self._home if hasattr(self.ledger, "arun_lock") else self.ledger  # (none: waiting_lock warns)
+        async with waiting_lock(store, thread, thread, self.lock_wait, "one Pydantic AI run"):
+            return await super().wrap_run(ctx, handler=handler)
+
+    def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
+        if self._backend is None or self._backend.agent_name != self.name:
+            none: RoleBasedOperationConfig[None] = RoleBasedOperationConfig(
+                model=None, event=None, capability=None, tool=None
+            )
+            self._backend = LedgerBackend(
+                agent_name=self.name,
+                ledger=self._home,
+                tool_timeout=self.tool_timeout,
+                policy_of=self.policy_of,
+                groups=self._groups,
+                config=none,
+            )
+        return self._backend
+
+    def policy_of(self, tool_name: str, metadata: Mapping[str, Any]) -> ToolPolicy:
+        """A tool's in-doubt policy, reconcile function and effect class, given to the constructor or in its
+        ``metadata`` (or MCP annotations there), checked as ``@tool(...)`` checks them."""
+        policy = self.on_in_doubt.get(tool_name, metadata.get("on_in_doubt"))
+        reconcile = self.reconcile.get(tool_name, metadata.get("reconcile"))
+        declared = self.effects.get(tool_name, metadata.get("effect"))
+        try:
+            effect = check_policy(policy, reconcile, declared if declared is not None else effect_from_hints(metadata))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"Pydantic AI tool {tool_name!r}: {exc}") from None
+        if effect is Effect.TRANSACTIONAL:
+            raise ConfigError(
+                f"Pydantic AI tool {tool_name!r}: effect='transactional' is not supported on Pydantic AI agents "
+                "yet: say 'external' (with an idempotency key, current_idempotency_key()) or 'idempotent'"
+            )
+        return ToolPolicy(policy, reconcile, effect)

@@ -1,0 +1,186 @@
+"""Pydantic AI agents durable on the ledger (tenxgraph.integrations.pydantic_ai): Pydantic AI's own ``Agent``,
+``FunctionModel`` and tool decorators, through its durability API. Effects are counted outside the runtime: by the
+provider the tools call (a SQLite file every process of a test writes to), and the model's turns by the model."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai.durable_exec")
+
+from pydantic_ai import Agent
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from examples.payments import LocalProvider
+from examples.pydantic_ai_support import agent as support
+from tenxgraph.integrations.pydantic_ai import LedgerDurability
+from tenxgraph.storage.checkpointer import BaseCheckpointer, SqliteCheckpointer
+from tenxgraph.utils.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = "Please refund order A-1042."
+
+
+def kinds(effects_db: Path) -> Counter[str]:
+    """The effects the provider applied, by kind (a replay that reached the provider with its key adds none)."""
+    with sqlite3.connect(effects_db) as conn:
+        return Counter(kind for (kind,) in conn.execute("SELECT kind FROM effects"))
+
+
+def test_a_run_calls_each_tool_once_and_the_same_run_again_is_answered_from_its_records(
+    checkpointer: BaseCheckpointer,
+) -> None:
+    provider = LocalProvider()
+    agent = support.build_agent(provider, ledger=checkpointer)
+    support.ASKED.clear()
+    first = agent.run_sync(PROMPT, run_id="run-1")
+    assert first.output == support.FINAL
+    assert Counter(kind for kind, _ in provider.effects) == Counter({"refund": 1, "email": 1, "receipt": 1})
+    assert len(support.ASKED) == 3
+    again = agent.run_sync(PROMPT, run_id="run-1")  # (a resume of a run that finished: nothing runs again)
+    assert again.output == support.FINAL and len(provider.effects) == 3
+    assert len(support.ASKED) == 3  # (every turn journaled: the model is not asked again)
+    assert said(again.all_messages()) == said(first.all_messages())
+    other = agent.run_sync(PROMPT, run_id="run-2")  # (another run is other calls)
+    assert other.output == support.FINAL and len(provider.effects) == 6
+
+
+def said(messages: list[ModelMessage]) -> list[tuple[str, Any, Any]]:
+    """What a conversation says, part by part (without the times the parts were made)."""
+    return [(p.part_kind, getattr(p, "content", None), getattr(p, "tool_call_id", None))
+            for m in messages for p in m.parts]  # fmt: skip
+
+
+def run_process(effects_db: Path, where: str, run_id: str, crash_in: str = "") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    args = [sys.executable, "-m", "examples.pydantic_ai_support.agent", str(effects_db), where, run_id]
+    return subprocess.run(args + ([crash_in] if crash_in else []), capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)  # fmt: skip
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the processes of a test keep the ledger: a SQLite file, or a PostgreSQL schema of the test's own."""
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.db")
+    dsn = request.getfixturevalue("pg_dsn")
+    return f"{dsn}#{request.getfixturevalue('pg_schema')}"
+
+
+@pytest.mark.parametrize("crash_in", ["refund", "email", "receipt"])
+def test_a_run_killed_after_an_effect_resumes_in_another_process_without_a_second_effect(
+    tmp_path: Path, ledger_at: str, crash_in: str
+) -> None:
+    """The process dies right after a tool's effect, before the tool returns (its call in doubt); a new process
+    runs the same run_id: no effect twice, the finished turns not asked again, the run finished."""
+    effects_db = tmp_path / "effects.db"
+    crashed = run_process(effects_db, ledger_at, "order-A-1042", crash_in)
+    assert crashed.returncode == 9, crashed.stderr
+    resumed = run_process(effects_db, ledger_at, "order-A-1042")
+    assert resumed.returncode == 0, resumed.stderr
+    assert support.FINAL in resumed.stdout
+    applied = kinds(effects_db)
+    assert max(applied.values()) == 1, applied  # (none twice)
+    # the crashed tool's effect, and the receipt after it, once; its sibling (in parallel, maybe not started when
+    # the process died, then in doubt) at most once
+    assert applied[crash_in] == 1 and applied["receipt"] == 1
+    turns_left = {"refund": 2, "email": 2, "receipt": 1}[crash_in]  # (the turns after the crashed one's)
+    assert f"asked the model {turns_left} times" in resumed.stdout
+    if crash_in == "refund":  # (declared external: in doubt, not run again, and the model is told)
+        assert '"event": "tool_in_doubt"' in resumed.stdout + resumed.stderr
+
+
+def test_k_processes_resuming_one_run_at_once_make_each_effect_once_and_agree(tmp_path: Path, ledger_at: str) -> None:
+    """After the crash, 4 processes run the same run_id at once: they take the run's lock in turn, the first
+    finishes the run and the others replay it: each effect at most once, the model asked only by the first, the
+    same answer in all four."""
+    effects_db = tmp_path / "effects.db"
+    assert run_process(effects_db, ledger_at, "order-A-1042", "email").returncode == 9
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    args = [sys.executable, "-m", "examples.pydantic_ai_support.agent", str(effects_db), ledger_at, "order-A-1042"]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+             for _ in range(4)]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in outs]
+    assert all(support.FINAL in out for out, _ in outs)
+    asked = sorted(int(out.split("asked the model ")[1].split()[0]) for out, _ in outs)
+    assert asked == [0, 0, 0, 2]  # (turns 2 and 3, by the first to take the lock; the others replay them)
+    applied = kinds(effects_db)
+    assert max(applied.values()) == 1 and applied["email"] == 1 and applied["receipt"] == 1, applied
+
+
+def test_the_bare_agent_run_again_after_the_same_crash_refunds_twice(tmp_path: Path) -> None:
+    """What Pydantic AI alone does: the run's messages died with the process, so the run is run again from the
+    prompt; the model asks for the refund again, with new ids, and the provider gets no key to tell."""
+    effects_db = tmp_path / "effects.db"
+    assert run_process(effects_db, "bare", "order-A-1042", "email").returncode == 9
+    assert run_process(effects_db, "bare", "order-A-1042").returncode == 0
+    assert kinds(effects_db) == Counter({"refund": 2, "email": 2, "receipt": 1})
+
+
+def test_a_tool_that_raised_is_not_run_again_and_a_resumed_run_tells_the_model(tmp_path: Path) -> None:
+    ran: list[str] = []
+    seen: list[str] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("charge", {"order": "A"})])
+        seen.append(str(messages[-1].parts[0]))
+        return ModelResponse(parts=[TextPart("done")])
+
+    ledger = SqliteCheckpointer(tmp_path / "ledger.db")
+    agent = Agent(FunctionModel(model), name="billing", capabilities=[LedgerDurability(ledger)])
+
+    @agent.tool_plain
+    def charge(order: str) -> str:
+        ran.append(order)
+        raise RuntimeError("card declined")
+
+    with pytest.raises(RuntimeError, match="card declined"):  # (the run that ran it: its own exception)
+        agent.run_sync("go", run_id="r")
+    assert agent.run_sync("go", run_id="r").output == "done"
+    assert ran == ["A"]
+    assert len(seen) == 1 and "card declined" in seen[0]
+    ledger.close()
+
+
+def test_declarations_are_checked_and_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a tenxgraph ledger store"):
+        LedgerDurability(object())  # type: ignore[arg-type]
+    ledger = SqliteCheckpointer(tmp_path / "ledger.db")
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("book", {})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model), name="books", capabilities=[LedgerDurability(ledger)])
+
+    @agent.tool_plain(metadata={"effect": "transactional"})
+    def book() -> str:
+        return "booked"
+
+    with pytest.raises(ConfigError, match="'book': effect='transactional' is not supported"):
+        agent.run_sync("go", run_id="r")
+    with pytest.raises(UserError, match="name"):  # (Pydantic AI's own check: a durable agent needs a name)
+        Agent(FunctionModel(model), capabilities=[LedgerDurability(ledger)])
+    ledger.close()
+
+
+def test_a_tools_effect_class_comes_from_its_metadata_or_its_mcp_hints(tmp_path: Path) -> None:
+    """``metadata={"effect": "read"}``, or the MCP annotations an MCP toolset's tools carry."""
+    ledger = SqliteCheckpointer(tmp_path / "ledger.db")
+    durability: Any = LedgerDurability(ledger)
+    assert durability.policy_of("lookup", {"effect": "read"}).effect.value == "read"
+    assert durability.policy_of("lookup", {"readOnlyHint": True}).effect.value == "read"
+    ledger.close()
