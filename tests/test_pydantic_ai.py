@@ -4,6 +4,7 @@ provider the tools call (a SQLite file every process of a test writes to), and t
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import subprocess
@@ -50,12 +51,12 @@ def test_a_run_calls_each_tool_once_and_the_same_run_again_is_answered_from_its_
     again = agent.run_sync(PROMPT, run_id="run-1")  # (a resume of a run that finished: nothing runs again)
     assert again.output == support.FINAL and len(provider.effects) == 3
     assert len(support.ASKED) == 3  # (every turn journaled: the model is not asked again)
-    assert said(again.all_messages()) == said(first.all_messages())
+    assert said_of(again.all_messages()) == said_of(first.all_messages())
     other = agent.run_sync(PROMPT, run_id="run-2")  # (another run is other calls)
     assert other.output == support.FINAL and len(provider.effects) == 6
 
 
-def said(messages: list[ModelMessage]) -> list[tuple[str, Any, Any]]:
+def said_of(messages: list[ModelMessage]) -> list[tuple[str, Any, Any]]:
     """What a conversation says, part by part (without the times the parts were made)."""
     return [(p.part_kind, getattr(p, "content", None), getattr(p, "tool_call_id", None))
             for m in messages for p in m.parts]  # fmt: skip
@@ -126,6 +127,67 @@ def test_the_bare_agent_run_again_after_the_same_crash_refunds_twice(tmp_path: P
     assert run_process(effects_db, "bare", "order-A-1042", "email").returncode == 9
     assert run_process(effects_db, "bare", "order-A-1042").returncode == 0
     assert kinds(effects_db) == Counter({"refund": 2, "email": 2, "receipt": 1})
+
+
+def approve_process(effects_db: Path, where: str, history: Path, what: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    args = [sys.executable, "-m", "examples.pydantic_ai_support.approve", str(effects_db), where, str(history), what]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def answered(procs: list[subprocess.Popen[str]]) -> list[str]:
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(procs), [err[-2000:] for _, err in outs]
+    return [out.strip() for out, _ in outs]
+
+
+def test_k_processes_sending_one_approval_at_once_refund_once_and_agree(tmp_path: Path, ledger_at: str) -> None:
+    """The refund waits for a person (``requires_approval=True``); 4 processes send the approval at once through
+    resume_once: one refund, one receipt (the later ones replay the run that took the answer), one answer."""
+    effects_db, history = tmp_path / "effects.db", tmp_path / "history.json"
+    assert answered([approve_process(effects_db, ledger_at, history, "ask")]) == ["paused on ['refund']"]
+    outs = answered([approve_process(effects_db, ledger_at, history, "yes") for _ in range(4)])
+    assert outs == [support.FINAL] * 4
+    assert kinds(effects_db) == Counter({"refund": 1, "email": 1, "receipt": 1})
+
+
+def test_the_bare_agent_given_one_approval_twice_refunds_twice(tmp_path: Path) -> None:
+    """What Pydantic AI alone does (pydantic/pydantic-ai#5536): every run given the approval runs the tool."""
+    effects_db, history = tmp_path / "effects.db", tmp_path / "history.json"
+    answered([approve_process(effects_db, "bare", history, "bare-ask")])
+    answered([approve_process(effects_db, "bare", history, "bare-yes")])
+    answered([approve_process(effects_db, "bare", history, "bare-yes")])
+    assert kinds(effects_db)["refund"] == 2
+
+
+@pytest.mark.parametrize("first", ["yes", "no"])
+def test_an_answer_other_than_the_recorded_one_is_refused_and_nothing_runs(
+    checkpointer: BaseCheckpointer, first: str
+) -> None:
+    """One decision per call, ever: the second person's other answer is refused (InterruptDecidedError names the
+    one that stands) and changes nothing; the same answer again gets the run's result (async entry too)."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    from tenxgraph.integrations.pydantic_ai import aresume_once, resume_once
+    from tenxgraph.utils.errors import InterruptDecidedError
+
+    provider = LocalProvider()
+    agent = support.build_agent(provider, ledger=checkpointer, approval=True)
+    paused = agent.run_sync(PROMPT)
+    assert isinstance(paused.output, DeferredToolRequests)
+    call = paused.output.approvals[0].tool_call_id
+    history = paused.all_messages()
+    said = resume_once(agent, DeferredToolResults(approvals={call: first == "yes"}), message_history=history)
+    assert said.output == support.FINAL
+    other = DeferredToolResults(approvals={call: first != "yes"})
+    with pytest.raises(InterruptDecidedError, match="was already decided"):
+        resume_once(agent, other, message_history=history)
+    again = asyncio.run(aresume_once(agent, DeferredToolResults(approvals={call: first == "yes"}),
+                                     message_history=history))  # fmt: skip
+    assert said_of(again.new_messages()) == said_of(said.new_messages())
+    refunds = sum(kind == "refund" for kind, _ in provider.effects)
+    assert refunds == (1 if first == "yes" else 0)
+    assert sum(kind == "receipt" for kind, _ in provider.effects) == 1
 
 
 def test_a_tool_that_raised_is_not_run_again_and_a_resumed_run_tells_the_model(tmp_path: Path) -> None:

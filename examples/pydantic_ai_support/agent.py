@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -58,15 +58,19 @@ def support_model(messages: list[ModelMessage], info: AgentInfo) -> ModelRespons
     return ModelResponse(parts=[TextPart(FINAL)])
 
 
-def build_agent(provider: Provider, ledger: LedgerStore | None = None, crash_in: str | None = None) -> Agent[None, str]:
+def build_agent(
+    provider: Provider, ledger: LedgerStore | None = None, crash_in: str | None = None, approval: bool = False
+) -> Agent[None, Any]:
     """The support agent; durable on *ledger* when given. *crash_in*: the tool after whose effect the process
-    dies (for the crash tests)."""
+    dies (for the crash tests). *approval*: the refund waits for a person (Pydantic AI's ``requires_approval``:
+    the run's output is then ``DeferredToolRequests``, answered by a new run given ``deferred_tool_results``)."""
     capabilities: list[Any] = [LedgerDurability(ledger, effects={"refund": "external"})] if ledger else []
-    agent = Agent(
+    agent: Agent[None, Any] = Agent(
         FunctionModel(support_model),
         name="support",
         instructions="You are a support agent: refund, tell the customer, send the receipt.",
         capabilities=capabilities,
+        output_type=[str, DeferredToolRequests] if approval else str,
     )
 
     def apply(kind: str, payload: dict[str, Any]) -> str:
@@ -75,7 +79,7 @@ def build_agent(provider: Provider, ledger: LedgerStore | None = None, crash_in:
             os._exit(9)  # the effect is done, the tool has not returned: a kill -9 here
         return str(result["effect_id"])
 
-    @agent.tool_plain
+    @agent.tool_plain(requires_approval=approval)
     def refund(order: str, amount: float) -> str:
         """Refund *amount* on *order*."""
         return f"refund {apply('refund', {'order': order, 'amount': amount})}"

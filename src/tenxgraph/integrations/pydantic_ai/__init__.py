@@ -7,6 +7,8 @@
   ``tool_call_id``: recorded calls replay, parallel calls are recorded one by one as they return, with effect
   classes, in-doubt policies and idempotency keys. Resume a run after a crash by running it again with the same
   ``run_id``, from any process.
+- :func:`resume_once` / :func:`aresume_once`: a person's answers to deferred tools (approvals) recorded first,
+  then the run: one decision per call, whoever sends it, and the approved call run once.
 - :func:`current_idempotency_key`: the key of the tool call running now, for the payment or email provider.
 
 See docs/pydantic-ai.md. Importing this package needs no Pydantic AI; its names import it on first use.
@@ -20,10 +22,14 @@ from typing import TYPE_CHECKING, Any
 from tenxgraph.utils.constants import install_hint
 
 if TYPE_CHECKING:
+    from tenxgraph.integrations.pydantic_ai.answering import aresume_once, resume_once
     from tenxgraph.integrations.pydantic_ai.durability import LedgerDurability, current_idempotency_key
 
-__all__ = ["LedgerDurability", "current_idempotency_key"]
-_WHERE = {name: "tenxgraph.integrations.pydantic_ai.durability" for name in __all__}
+__all__ = ["LedgerDurability", "aresume_once", "current_idempotency_key", "resume_once"]
+_WHERE = {name: "tenxgraph.integrations.pydantic_ai.durability" for name in __all__} | {
+    "aresume_once": "tenxgraph.integrations.pydantic_ai.answering",
+    "resume_once": "tenxgraph.integrations.pydantic_ai.answering",
+}
 
 
 def require_pydantic_ai() -> None:

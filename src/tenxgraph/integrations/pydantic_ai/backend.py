@@ -1,16 +1,22 @@
 """Where Pydantic AI's durable operations meet the ledger: :class:`LedgerBackend`, the engine's backend
 (``pydantic_ai.durable_exec.JournalCallableOperationBackend``), given each operation as one async body.
 
-- A **model request** is journaled in the ledger's store, in the run's thread, under ``model-response:{s}:{n}``
-  (*s*: the run's step, Pydantic AI's ``run_step``; *n*: how many messages the request carries; both the same on
-  every replay of the run). Recorded: the response is answered from the record and the model is not asked.
-  First write wins: two processes resuming one run both go on with the response recorded first.
+The ledger's thread is the conversation (Pydantic AI's ``conversation_id``, which a run inherits from the
+message history it continues, and which :class:`~.durability.LedgerDurability` derives from the ``run_id`` for a
+run that starts one): every run of a conversation, a resume or the answer to a deferred call, keys a call alike.
+
+- A **model request** is journaled in the ledger's store, in the conversation's thread, under
+  ``model-response:{run_id}:{s}:{n}`` (*s*: the run's step, Pydantic AI's ``run_step``; *n*: how many messages the
+  request carries; the same on every replay of the run). Recorded: the response is answered from the record and
+  the model is not asked. First write wins: two processes resuming one run go on with the response recorded
+  first.
 - A **tool call** (function and MCP toolsets) goes through the ledger's public entry
-  (:func:`tenxgraph.ledger.invoke_tool_call`), keyed by the journaled response that asked for it
-  (``response:{n}``, its place in the history) and the call's ``tool_call_id``. The tool's encoded result
-  (Pydantic AI's ``CallToolResult``: a return value, or a ``ModelRetry`` / ``ToolFailed`` / deferral carried as
-  data) is what is recorded and replayed. A tool that raised is recorded as failed: the run that ran it gets its
-  exception, a resumed run tells the model it failed (``ToolFailed``), and it never runs again.
+  (:func:`tenxgraph.ledger.invoke_tool_call`), keyed by the response that asked for it (``response:{p}``, its
+  place in the conversation's history) and the call's ``tool_call_id``. The tool's encoded result (Pydantic AI's
+  ``CallToolResult``: a return value, or a ``ModelRetry`` / ``ToolFailed`` carried as data) is what is recorded
+  and replayed. A tool that raised is recorded as failed: the run that ran it gets its exception, a resumed run
+  tells the model it failed (``ToolFailed``), and it never runs again. A call a person approved (Pydantic AI's
+  deferred tools) is a call like any: the first run given the approval runs it, every other replays it.
 - Anything else (argument validation, event handlers, token counts) runs as it is, not journaled: it has no
   effect outside the process.
 """
@@ -49,7 +55,15 @@ from tenxgraph.ledger import (
 from tenxgraph.state.messages import JSON, Message, ToolCallBlock
 from tenxgraph.utils.constants import LOGGER_NAME
 
-__all__ = ["LedgerBackend", "ToolPolicy", "model_key", "response_id", "run_id_of", "thread_of"]
+__all__ = [
+    "LedgerBackend",
+    "ToolPolicy",
+    "conversation_of",
+    "model_key",
+    "response_id",
+    "run_id_of",
+    "thread_of",
+]
 log = logging.getLogger(LOGGER_NAME)
 
 Body = Callable[[], Awaitable[object]]
@@ -64,14 +78,14 @@ class ToolPolicy:
     effect: Effect | None
 
 
-def thread_of(agent_name: str, run_id: str) -> str:
-    """The ledger thread of a run of the agent named *agent_name*."""
-    return f"pydantic-ai:{agent_name}:{run_id}"
+def thread_of(agent_name: str, conversation_id: str) -> str:
+    """The ledger thread of a conversation of the agent named *agent_name*."""
+    return f"pydantic-ai:{agent_name}:{conversation_id}"
 
 
-def model_key(run_step: int, messages: Sequence[ModelMessage]) -> str:
-    """The journal key of the model request the run makes at *run_step*, carrying *messages*."""
-    return f"model-response:{run_step}:{len(messages)}"
+def model_key(run_id: str, run_step: int, messages: Sequence[ModelMessage]) -> str:
+    """The journal key of the model request run *run_id* makes at *run_step*, carrying *messages*."""
+    return f"model-response:{run_id}:{run_step}:{len(messages)}"
 
 
 def response_id(position: int) -> str:
@@ -112,7 +126,7 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
         if isinstance(operation_id, ModelRequestId):
             messages, context = cache_key[1], cache_key[-1]
             assert isinstance(messages, list) and isinstance(context, RunContext)
-            return await self._journaled(body, context, model_key(context.run_step, messages))
+            return await self._journaled(body, context, model_key(run_id_of(context), context.run_step, messages))
         if isinstance(operation_id, ToolsetCallToolId):
             tool_name, args, context, tool = cache_key[0], cache_key[1], cache_key[2], cache_key[3]
             assert isinstance(tool_name, str) and isinstance(args, dict) and isinstance(context, RunContext)
@@ -122,7 +136,7 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
 
     # -- model requests --------------------------------------------------------------------------------------
     async def _journaled(self, body: Body, context: RunContext[Any], key: str) -> object:
-        thread = thread_of(self.agent_name, run_id_of(context))
+        thread = thread_of(self.agent_name, conversation_of(context))
         found = (await self.ledger.aget_tool_results(thread, [key])).get(key)
         if found is not None:
             return found["payload"]
@@ -136,7 +150,7 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
     # -- tool calls ------------------------------------------------------------------------------------------
     async def _tool_call(self, body: Body, params: ToolsetCallToolParams) -> object:
         context = params.ctx
-        thread = thread_of(self.agent_name, run_id_of(context))
+        thread = thread_of(self.agent_name, conversation_of(context))
         found = _asking(context.messages, context.tool_call_id)
         if found is None:
             log.warning(
@@ -165,6 +179,12 @@ def run_id_of(context: RunContext[Any]) -> str:
     if not context.run_id:
         raise RuntimeError("a durable Pydantic AI run has no run_id: Pydantic AI gives every run one")
     return context.run_id
+
+
+def conversation_of(context: RunContext[Any]) -> str:
+    if not context.conversation_id:
+        raise RuntimeError("a durable Pydantic AI run has no conversation_id: Pydantic AI gives every run one")
+    return context.conversation_id
 
 
 def _asking(messages: Sequence[ModelMessage], call_id: str | None) -> tuple[ModelResponse, int, int] | None:

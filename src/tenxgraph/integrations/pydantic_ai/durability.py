@@ -21,12 +21,13 @@ from pydantic_ai.durable_exec import (
     DurabilityEngineSpec,
     DurableOperationBackend,
     RoleBasedOperationConfig,
+    conversation_id_from_run_id,
 )
 from pydantic_ai.models import Model
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from tenxgraph.integrations.pydantic_ai.backend import LedgerBackend, ToolPolicy, run_id_of, thread_of
+from tenxgraph.integrations.pydantic_ai.backend import LedgerBackend, ToolPolicy, conversation_of, thread_of
 from tenxgraph.integrations.pydantic_ai.home_loop import HomeLoopLedger
 from tenxgraph.ledger import (
     CallGroups,
@@ -105,12 +106,17 @@ class LedgerDurability(BaseDurabilityCapability[AgentDepsT]):
         of an engine around it), keyed by its ``run_id``."""
         return True
 
+    def get_default_conversation_id(self, run_id: str) -> str | None:
+        """A run that starts a conversation: its id derived from the ``run_id`` (as Pydantic AI's other engines
+        do), so that a resume of the run finds the conversation's records."""
+        return conversation_id_from_run_id(run_id)
+
     async def wrap_run(self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
-        """The run under its lock (the store's run lock, named after the run: k processes that resume one run at
-        once take it in turn; each later one replays what the first recorded, model turns and tool calls)."""
-        thread = thread_of(self.name, run_id_of(ctx))
+        """The run under its conversation's lock (the store's run lock: k processes that resume one run, or
+        answer one deferred call, at once take it in turn; each later one replays what the first recorded)."""
+        thread = thread_of(self.name, conversation_of(ctx))
         store = self._home if hasattr(self.ledger, "arun_lock") else self.ledger  # (none: waiting_lock warns)
-        async with waiting_lock(store, thread, thread, self.lock_wait, "one Pydantic AI run"):
+        async with waiting_lock(store, thread, thread, self.lock_wait, "one Pydantic AI conversation"):
             return await super().wrap_run(ctx, handler=handler)
 
     def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
