@@ -51,6 +51,8 @@ def test_script_block_runs(
         pytest.importorskip("langgraph", reason="the langgraph extra is not installed: pip install '.[langgraph]'")
     if "opentelemetry.sdk" in code:
         pytest.importorskip("opentelemetry.sdk", reason="the SDK is a dev dependency: pip install opentelemetry-sdk")
+    if "integrations.pydantic_ai" in code:
+        pytest.importorskip("pydantic_ai.durable_exec", reason="the pydantic-ai extra is not installed")
     if "integrations.mcp" in code:
         pytest.importorskip("mcp.client.session", reason="the mcp extra is not installed: pip install '.[mcp]'")
     if "DATABASE_URL" in code:
