@@ -25,6 +25,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from examples.payments import LocalProvider
 from examples.pydantic_ai_support import agent as support
 from tenxgraph.integrations.pydantic_ai import LedgerDurability
+from tenxgraph.ledger import Effect
 from tenxgraph.storage.checkpointer import BaseCheckpointer, SqliteCheckpointer
 from tenxgraph.utils.errors import ConfigError
 
@@ -189,6 +190,100 @@ def test_an_answer_other_than_the_recorded_one_is_refused_and_nothing_runs(
     refunds = sum(kind == "refund" for kind, _ in provider.effects)
     assert refunds == (1 if first == "yes" else 0)
     assert sum(kind == "receipt" for kind, _ in provider.effects) == 1
+
+
+def test_run_stream_and_iter_are_journaled_as_run_is(tmp_path: Path) -> None:
+    """A streamed model turn is journaled whole; the same run again, streamed or iterated node by node, asks the
+    model nothing and runs no tool."""
+    import json
+
+    from pydantic_ai.messages import ModelRequest, ToolReturnPart
+    from pydantic_ai.models.function import DeltaToolCall
+
+    asked: list[int] = []
+    ran: list[str] = []
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> Any:
+        asked.append(len(messages))
+        if not any(isinstance(p, ToolReturnPart) for m in messages if isinstance(m, ModelRequest) for p in m.parts):
+            yield {0: DeltaToolCall(name="refund", json_args=json.dumps({"order": "A"}), tool_call_id="c1")}
+            return
+        yield "all "
+        yield "done"
+
+    ledger = SqliteCheckpointer(tmp_path / "ledger.db")
+    agent = Agent(FunctionModel(stream_function=stream), name="streamer", capabilities=[LedgerDurability(ledger)])
+
+    @agent.tool_plain
+    def refund(order: str) -> str:
+        ran.append(order)
+        return "refunded"
+
+    async def streamed() -> str:
+        async with agent.run_stream("go", run_id="s1") as run:
+            return "".join([chunk async for chunk in run.stream_text(delta=True)])
+
+    async def iterated() -> Any:
+        async with agent.iter("go", run_id="s1") as run:
+            async for _ in run:
+                pass
+        assert run.result is not None
+        return run.result.output
+
+    assert asyncio.run(streamed()) == "all done"
+    assert (ran, asked) == (["A"], [1, 3])
+    assert asyncio.run(streamed()) == "all done" and asyncio.run(iterated()) == "all done"
+    assert (ran, asked) == (["A"], [1, 3])
+    ledger.close()
+
+
+def test_an_mcp_toolsets_calls_go_through_the_ledger_with_the_key_in_meta(tmp_path: Path) -> None:
+    """Pydantic AI's own ``MCPToolset`` over our ticket server (a real MCP server, a process of its own): the call
+    is recorded (the same run again opens no second ticket), the server got the call's idempotency key in
+    ``_meta``, and each tool's effect class comes from its MCP annotations."""
+    pytest.importorskip("fastmcp", reason="Pydantic AI's MCP toolsets need its mcp extra: pydantic-ai-slim[mcp]")
+    from fastmcp.client.transports import StdioTransport
+    from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+    from tenxgraph.integrations.pydantic_ai import send_idempotency_key
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not any(isinstance(p, ToolReturnPart) for m in messages if isinstance(m, ModelRequest) for p in m.parts):
+            return ModelResponse(parts=[ToolCallPart("open_ticket", {"title": "refund A-1042"}, tool_call_id="t1")])
+        return ModelResponse(parts=[TextPart("opened")])
+
+    tickets_db = tmp_path / "tickets.db"
+    server = StdioTransport(
+        command=sys.executable,
+        args=["-m", "examples.mcp_tools.ticket_server", "--db", str(tickets_db)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TICKETS_DB": str(tickets_db)},
+        cwd=str(ROOT),
+    )
+    effects_seen: list[str | None] = []
+
+    async def sending(ctx: Any, call_tool: Any, name: str, args: dict[str, Any]) -> Any:
+        from tenxgraph.ledger import current_tool_call
+
+        call = current_tool_call()
+        effects_seen.append(call.effect if call is not None else None)  # (the class the ledger ran it with)
+        return await send_idempotency_key(ctx, call_tool, name, args)
+
+    toolset = MCPToolset(server, id="tickets", process_tool_call=sending)
+    ledger = SqliteCheckpointer(tmp_path / "ledger.db")
+    durability = LedgerDurability(ledger)
+    agent = Agent(FunctionModel(model), name="desk", toolsets=[toolset], capabilities=[durability])
+    assert agent.run_sync("open a ticket", run_id="m1").output == "opened"
+    assert agent.run_sync("open a ticket", run_id="m1").output == "opened"
+    with sqlite3.connect(tickets_db) as conn:
+        rows = conn.execute("SELECT title, meta_key FROM tickets").fetchall()
+    assert len(rows) == 1 and rows[0][1].startswith("tenx-")
+    assert effects_seen == ["external"]  # (open_ticket's annotations: a write, not idempotent; run once)
+    read = {"annotations": {"readOnlyHint": True, "idempotentHint": True}}
+    adds = {"annotations": {"readOnlyHint": False, "idempotentHint": False}}
+    assert (durability.policy_of("get_ticket", read).effect, durability.policy_of("open_ticket", adds).effect) == (
+        Effect.READ, Effect.EXTERNAL)  # fmt: skip
+    ledger.close()
 
 
 def test_a_tool_that_raised_is_not_run_again_and_a_resumed_run_tells_the_model(tmp_path: Path) -> None:

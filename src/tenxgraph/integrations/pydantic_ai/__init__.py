@@ -9,7 +9,8 @@
   ``run_id``, from any process.
 - :func:`resume_once` / :func:`aresume_once`: a person's answers to deferred tools (approvals) recorded first,
   then the run: one decision per call, whoever sends it, and the approved call run once.
-- :func:`current_idempotency_key`: the key of the tool call running now, for the payment or email provider.
+- :func:`current_idempotency_key`: the key of the tool call running now, for the payment or email provider;
+  :func:`send_idempotency_key`: an MCP toolset's ``process_tool_call`` that sends it in the request's ``_meta``.
 
 See docs/pydantic-ai.md. Importing this package needs no Pydantic AI; its names import it on first use.
 """
@@ -24,11 +25,21 @@ from tenxgraph.utils.constants import install_hint
 if TYPE_CHECKING:
     from tenxgraph.integrations.pydantic_ai.answering import aresume_once, resume_once
     from tenxgraph.integrations.pydantic_ai.durability import LedgerDurability, current_idempotency_key
+    from tenxgraph.integrations.pydantic_ai.mcp_calls import KEY_META, send_idempotency_key
 
-__all__ = ["LedgerDurability", "aresume_once", "current_idempotency_key", "resume_once"]
+__all__ = [
+    "KEY_META",
+    "LedgerDurability",
+    "aresume_once",
+    "current_idempotency_key",
+    "resume_once",
+    "send_idempotency_key",
+]
 _WHERE = {name: "tenxgraph.integrations.pydantic_ai.durability" for name in __all__} | {
     "aresume_once": "tenxgraph.integrations.pydantic_ai.answering",
     "resume_once": "tenxgraph.integrations.pydantic_ai.answering",
+    "KEY_META": "tenxgraph.integrations.pydantic_ai.mcp_calls",
+    "send_idempotency_key": "tenxgraph.integrations.pydantic_ai.mcp_calls",
 }
 
 

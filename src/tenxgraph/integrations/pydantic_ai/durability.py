@@ -136,12 +136,13 @@ class LedgerDurability(BaseDurabilityCapability[AgentDepsT]):
 
     def policy_of(self, tool_name: str, metadata: Mapping[str, Any]) -> ToolPolicy:
         """A tool's in-doubt policy, reconcile function and effect class, given to the constructor or in its
-        ``metadata`` (or MCP annotations there), checked as ``@tool(...)`` checks them."""
+        ``metadata`` (or the MCP annotations an MCP toolset puts there), checked as ``@tool(...)`` checks them."""
         policy = self.on_in_doubt.get(tool_name, metadata.get("on_in_doubt"))
         reconcile = self.reconcile.get(tool_name, metadata.get("reconcile"))
         declared = self.effects.get(tool_name, metadata.get("effect"))
         try:
-            effect = check_policy(policy, reconcile, declared if declared is not None else effect_from_hints(metadata))
+            hints = metadata.get("annotations") or metadata  # (an MCP toolset's tool: its annotations there)
+            effect = check_policy(policy, reconcile, declared if declared is not None else effect_from_hints(hints))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"Pydantic AI tool {tool_name!r}: {exc}") from None
         if effect is Effect.TRANSACTIONAL:
