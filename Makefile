@@ -119,6 +119,7 @@ bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.budgets
 	$(BENCH_VENV)/bin/python -m benchmarks.tool_node
 	$(BENCH_VENV)/bin/python -m benchmarks.dbos_peer
+	$(BENCH_VENV)/bin/python -m benchmarks.pydantic_ai_peer
 	if [ -n "$${REPLAYSAFE_PG_DSN:-}" ] && [ -n "$${REPLAYSAFE_REDIS_URL:-}" ]; then \
 		$(BENCH_VENV)/bin/python -m benchmarks.redis_cache; fi
 	if [ -n "$${REPLAYSAFE_PG_DSN:-}" ]; then $(BENCH_VENV)/bin/python benchmarks/server_chaos.py 500; fi

@@ -13,7 +13,18 @@ from typing import Any
 HERE = Path(__file__).parent
 SECTIONS = {
     name: f"{name}.json"
-    for name in ("parallel", "turns", "floor", "observe", "budgets", "tool_node", "dbos", "redis_cache", "server_chaos")
+    for name in (
+        "parallel",
+        "turns",
+        "floor",
+        "observe",
+        "budgets",
+        "tool_node",
+        "dbos",
+        "pydantic_ai",
+        "redis_cache",
+        "server_chaos",
+    )
 }
 #: Median ratio ours / LangGraph per backend, on the refund run (issue #31) and the other shapes (issue #16).
 REFUND_TARGETS = {"memory": 0.12, "sqlite": 0.25, "postgres": 0.35}
@@ -111,6 +122,12 @@ def main() -> None:
         print(
             f"beside DBOS Transact ({row['backend']}): ours / DBOS {row['ratio_median']} median, {row['ratio_min']} "
             f"min (load {merged['dbos'].get('load_at_start')}; no target)"
+        )
+    for row in merged.get("pydantic_ai", {}).get("rows", []):
+        print(
+            f"Pydantic AI agent ({row['backend']}): LedgerDurability / DBOSDurability {row['ratio_to_dbos_median']} "
+            f"median, range {row['ratio_to_dbos_range']}; / bare {row['ratio_to_bare_median']} "
+            f"(load {merged['pydantic_ai'].get('load_at_start')}; no target)"
         )
     met = sum(1 for row in table if row[4] == "met")
     print(f"{met} of {len(table)} targets met; written to {results_path}")

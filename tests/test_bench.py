@@ -157,3 +157,18 @@ def test_make_bench_prints_each_target_met_or_missed_with_its_spread_and_load() 
     assert table["approval pause + resume: 2 round trips on PostgreSQL"][3] == "MISSED"
     assert table["ReplaySafeToolNode, N = 4: <= 1 commit per batch over ToolNode"][3] == "met"
     assert not any(t.startswith("refund run, postgres") for t in table)  # a part that did not run prints nothing
+
+
+def test_the_pydantic_ai_peer_runs_the_agent_durable_and_bare(tmp_path: Any) -> None:
+    """benchmarks/pydantic_ai_peer.py's contenders (DBOS's needs the bench extra): each run a new run, each right."""
+    import pytest
+
+    pytest.importorskip("pydantic_ai.durable_exec")
+    from benchmarks.pydantic_ai_peer import bare, ours
+    from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+    ledger = SqliteCheckpointer(tmp_path / "ours.db")
+    contenders = {"tenxgraph": ours(ledger), "bare": bare()}
+    out = bench.compare(contenders, runs=10, warmup=1)
+    assert {name: row["runs"] for name, row in out.items()} == {"tenxgraph": 10, "bare": 10}
+    ledger.close()

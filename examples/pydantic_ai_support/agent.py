@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests
@@ -59,12 +60,21 @@ def support_model(messages: list[ModelMessage], info: AgentInfo) -> ModelRespons
 
 
 def build_agent(
-    provider: Provider, ledger: LedgerStore | None = None, crash_in: str | None = None, approval: bool = False
+    provider: Provider,
+    ledger: LedgerStore | None = None,
+    crash_in: str | None = None,
+    approval: bool = False,
+    engine: tuple[Any, Callable[[Any], Any]] | None = None,
 ) -> Agent[None, Any]:
     """The support agent; durable on *ledger* when given. *crash_in*: the tool after whose effect the process
     dies (for the crash tests). *approval*: the refund waits for a person (Pydantic AI's ``requires_approval``:
-    the run's output is then ``DeferredToolRequests``, answered by a new run given ``deferred_tool_results``)."""
+    the run's output is then ``DeferredToolRequests``, answered by a new run given ``deferred_tool_results``).
+    *engine*: another durability capability instead, and the decorator its docs put on a tool with effects
+    (``(DBOSDurability(), DBOS.step())``: benchmarks/pydantic_ai_peer.py)."""
     capabilities: list[Any] = [LedgerDurability(ledger, effects={"refund": "external"})] if ledger else []
+    step: Callable[[Any], Any] = lambda fn: fn  # noqa: E731
+    if engine is not None:
+        capabilities, step = [engine[0]], engine[1]
     agent: Agent[None, Any] = Agent(
         FunctionModel(support_model),
         name="support",
@@ -80,16 +90,19 @@ def build_agent(
         return str(result["effect_id"])
 
     @agent.tool_plain(requires_approval=approval)
+    @step
     def refund(order: str, amount: float) -> str:
         """Refund *amount* on *order*."""
         return f"refund {apply('refund', {'order': order, 'amount': amount})}"
 
     @agent.tool_plain
+    @step
     def email(to: str, text: str) -> str:
         """Email the customer."""
         return f"email {apply('email', {'to': to, 'text': text})}"
 
     @agent.tool_plain
+    @step
     def receipt(order: str) -> str:
         """Send the receipt for *order*."""
         return f"receipt {apply('receipt', {'order': order})}"
