@@ -30,15 +30,12 @@ from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.durable_exec import (
-    JSON_CODEC,
-    CallToolResult,
     DurableOperationId,
     JournalCallableOperationBackend,
     ModelRequestId,
     ToolsetCallToolId,
     ToolsetCallToolParams,
 )
-from pydantic_ai.durable_exec._toolset import wrap_tool_call_result
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 
@@ -234,15 +231,11 @@ def _ledger_tool(name: str, args: Mapping[str, Any], body: Body, policy: ToolPol
 
 async def _payload(execution: ToolExecution, raised: list[Exception]) -> object:
     """What Pydantic AI gets for the call: its recorded result; for a failed call, the exception it raised here,
-    or (replayed, in doubt, timed out) a ``ToolFailed`` the model sees."""
+    or (replayed, in doubt, timed out) Pydantic AI's ``ToolFailed``, which the model sees as the call's failure
+    (raised where the recorded result is unwrapped, as a tool that raises it is answered)."""
     result = execution.result
     if not result.is_error:
         return result.output
     if raised and not execution.replayed:
         raise raised[-1]
-    text = result.output if isinstance(result.output, str) else str(result.output)
-
-    async def failed() -> object:
-        raise ToolFailed(text)
-
-    return JSON_CODEC.dump(CallToolResult, await wrap_tool_call_result(failed()))
+    raise ToolFailed(result.output if isinstance(result.output, str) else str(result.output))

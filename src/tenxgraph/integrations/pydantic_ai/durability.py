@@ -4,9 +4,9 @@ Prefect engines), with no server to run: the records live in the ledger's store 
 ``SqliteCheckpointer``, ``PgCheckpointer``).
 
 The durable container is the run (``agent.run``, ``run_sync``, ``run_stream``, ``iter``): every run of the agent
-is journaled under its ``run_id``; run it again with the same ``run_id`` (and the same prompt) to resume it after a
-crash, from any process. The durable units (:mod:`.backend`): each model request, journaled; each tool call,
-through the ledger."""
+is journaled in its conversation's thread of the ledger (its model turns under its ``run_id``); run it again with
+the same ``run_id`` (and the same prompt) to resume it after a crash, from any process. The durable units
+(:mod:`.backend`): each model request, journaled; each tool call, through the ledger."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def current_idempotency_key() -> str | None:
 @dataclass(init=False, kw_only=True)
 class LedgerDurability(BaseDurabilityCapability[AgentDepsT]):
     """``Agent(model, name="support", capabilities=[LedgerDurability(ledger)])``: every run journaled in *ledger*
-    (``SqliteCheckpointer(path)``, ``PgCheckpointer(...)``, ``InMemoryCheckpointer()``) under its ``run_id``.
+    (``SqliteCheckpointer(path)``, ``PgCheckpointer(...)``, ``InMemoryCheckpointer()``), in its conversation's
+    thread, and resumed by running it again with its ``run_id``.
     *effects*, *on_in_doubt*, *reconcile*: per tool name, as ``@tool(...)`` takes them (a tool's ``metadata``
     may say them too: ``@agent.tool_plain(metadata={"effect": "read"})``). *name*: the agent's, if not given
     (a durable agent needs one: it names the run's records). *models*: as Pydantic AI's other engines take it."""
