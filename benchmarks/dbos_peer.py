@@ -94,28 +94,41 @@ def pg_database(dsn: str) -> Iterator[str]:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def child(backend: str, runs: int, reps: int) -> dict[str, Any]:
-    """One storage, in this process: ours and DBOS interleaved, *reps* times; medians and ratios."""
-    from benchmarks.bench import compare, ours, pg_schema
+def storages(backend: str, stack: ExitStack, name: str) -> tuple[str, Any]:
+    """DBOS's system database (its URL) and our checkpointer, both on *backend*, both let go by *stack* (and DBOS
+    destroyed by it): a SQLite file each (WAL on DBOS's before it opens it), or on PostgreSQL a database of this
+    benchmark's own for DBOS and a schema of its own for ours (*name* in both)."""
+    from benchmarks.bench import pg_schema
     from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
-    with ExitStack() as stack:
-        if backend == "sqlite":
-            tmp = Path(tempfile.mkdtemp(prefix="tenxbench-dbos-"))
-            sqlite3.connect(tmp / "dbos.sqlite").execute("PRAGMA journal_mode=WAL").close()
-            theirs = dbos_refund(f"sqlite:///{tmp / 'dbos.sqlite'}")
-            cp: Any = SqliteCheckpointer(tmp / "ours.db")
-        else:
-            from tenxgraph.storage.checkpointer.pg import PgCheckpointer
+    if backend == "sqlite":
+        tmp = Path(tempfile.mkdtemp(prefix=f"tenxbench-{name}-"))
+        sqlite3.connect(tmp / "dbos.sqlite").execute("PRAGMA journal_mode=WAL").close()
+        url, cp = f"sqlite:///{tmp / 'dbos.sqlite'}", cast(Any, SqliteCheckpointer(tmp / "ours.db"))
+    else:
+        from tenxgraph.storage.checkpointer.pg import PgCheckpointer
 
-            dsn = os.environ["REPLAYSAFE_PG_DSN"]
-            theirs = dbos_refund(stack.enter_context(pg_database(dsn)))
-            cp = PgCheckpointer(postgres_dsn=dsn, schema=stack.enter_context(pg_schema(dsn, "bench_dbos")))
-            stack.callback(cp.close)
+        dsn = os.environ["REPLAYSAFE_PG_DSN"]
+        url = stack.enter_context(pg_database(dsn))
+        cp = PgCheckpointer(postgres_dsn=dsn, schema=stack.enter_context(pg_schema(dsn, f"bench_{name}")))
+    stack.callback(cp.close)
+
+    def destroy() -> None:
         from dbos import DBOS
 
-        stack.callback(DBOS.destroy)
-        contenders = {"tenxgraph": ours(cp), "dbos": theirs}
+        DBOS.destroy()
+
+    stack.callback(destroy)
+    return url, cp
+
+
+def child(backend: str, runs: int, reps: int) -> dict[str, Any]:
+    """One storage, in this process: ours and DBOS interleaved, *reps* times; medians and ratios."""
+    from benchmarks.bench import compare, ours
+
+    with ExitStack() as stack:
+        url, cp = storages(backend, stack, "dbos")
+        contenders = {"tenxgraph": ours(cp), "dbos": dbos_refund(url)}
         repetitions = [compare(contenders, runs, warmup=20) for _ in range(reps)]
     ratios = [r["tenxgraph"]["median_ms"] / r["dbos"]["median_ms"] for r in repetitions]
     return {

@@ -20,11 +20,9 @@ import argparse
 import asyncio
 import json
 import os
-import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -86,27 +84,12 @@ def dbos(system_database_url: str) -> Callable[[], None]:
 
 def child(backend: str, runs: int, reps: int) -> dict[str, Any]:
     """One storage, in this process: the three interleaved, *reps* times; medians and ratios."""
-    from benchmarks.bench import compare, pg_schema
-    from benchmarks.dbos_peer import pg_database
-    from tenxgraph.storage.checkpointer import SqliteCheckpointer
+    from benchmarks.bench import compare
+    from benchmarks.dbos_peer import storages
 
     with ExitStack() as stack:
-        if backend == "sqlite":
-            tmp = Path(tempfile.mkdtemp(prefix="tenxbench-pydantic-ai-"))
-            sqlite3.connect(tmp / "dbos.sqlite").execute("PRAGMA journal_mode=WAL").close()
-            theirs = dbos(f"sqlite:///{tmp / 'dbos.sqlite'}")
-            ledger: Any = SqliteCheckpointer(tmp / "ours.db")
-        else:
-            from tenxgraph.storage.checkpointer.pg import PgCheckpointer
-
-            dsn = os.environ["REPLAYSAFE_PG_DSN"]
-            theirs = dbos(stack.enter_context(pg_database(dsn)))
-            ledger = PgCheckpointer(postgres_dsn=dsn, schema=stack.enter_context(pg_schema(dsn, "bench_pai")))
-        stack.callback(ledger.close)
-        from dbos import DBOS
-
-        stack.callback(DBOS.destroy)
-        contenders = {"tenxgraph": ours(ledger), "dbos": theirs, "bare": bare()}
+        url, ledger = storages(backend, stack, "pai")
+        contenders = {"tenxgraph": ours(ledger), "dbos": dbos(url), "bare": bare()}
         repetitions = [compare(contenders, runs, warmup=10) for _ in range(reps)]
     to_dbos = [r["tenxgraph"]["median_ms"] / r["dbos"]["median_ms"] for r in repetitions]
     to_bare = [r["tenxgraph"]["median_ms"] / r["bare"]["median_ms"] for r in repetitions]

@@ -21,7 +21,9 @@ See docs/langgraph.md. Importing this package needs no LangGraph; its names impo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tenxgraph.utils.lazy import lazy_names
 
 if TYPE_CHECKING:
     from tenxgraph.integrations.langgraph.messages import to_messages
@@ -78,10 +80,4 @@ def require_langgraph() -> None:
         ) from exc
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    require_langgraph()
-    import importlib
-
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_names(__name__, _WHERE, require_langgraph)

@@ -12,10 +12,10 @@ See docs/mcp.md. Importing this package needs no ``mcp``; its names import it on
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tenxgraph.utils.constants import install_hint
+from tenxgraph.utils.lazy import lazy_names
 
 if TYPE_CHECKING:
     from tenxgraph.integrations.mcp.session import MCPSession
@@ -36,8 +36,4 @@ def require_mcp() -> None:
                           f"{install_hint('mcp')}") from exc  # fmt: skip
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    require_mcp()
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_names(__name__, _WHERE, require_mcp)

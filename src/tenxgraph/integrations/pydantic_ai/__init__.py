@@ -17,10 +17,10 @@ See docs/pydantic-ai.md. Importing this package needs no Pydantic AI; its names 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tenxgraph.utils.constants import install_hint
+from tenxgraph.utils.lazy import lazy_names
 
 if TYPE_CHECKING:
     from tenxgraph.integrations.pydantic_ai.answering import aresume_once, resume_once
@@ -52,8 +52,4 @@ def require_pydantic_ai() -> None:
                           f"missing): {install_hint('pydantic-ai')}") from exc  # fmt: skip
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    require_pydantic_ai()
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_names(__name__, _WHERE, require_pydantic_ai)
