@@ -156,23 +156,33 @@ def main() -> None:
     except ImportError:
         print("DBOS is not installed: it comes with the bench extra (make bench installs it); skipped")
         return
+    by_children("benchmarks.dbos_peer", args, RESULTS, "the DBOS benchmark", show)
+
+
+def show(row: dict[str, Any]) -> str:
+    return (
+        f"  {row['backend']:9} ours {row['tenxgraph_ms']:7.3f} ms  DBOS {row['dbos_ms']:7.3f} ms  ratio median "
+        f"{row['ratio_median']} (min {row['ratio_min']})"
+    )
+
+
+def by_children(
+    module: str, args: argparse.Namespace, results: Path, what: str, show: Callable[[dict[str, Any]], str]
+) -> None:
+    """Run *module*'s child (``--backend``) on SQLite and, with ``REPLAYSAFE_PG_DSN``, PostgreSQL, one process
+    each (DBOS is a process-wide singleton); print each row with *show*; write them and the load to *results*."""
     backends = ["sqlite"] + (["postgres"] if os.environ.get("REPLAYSAFE_PG_DSN") else [])
     load = os.getloadavg()[0]
     rows = []
     for backend in backends:
-        command = [sys.executable, "-m", "benchmarks.dbos_peer", f"--backend={backend}", f"--runs={args.runs}"]
-        proc = subprocess.run([*command, f"--reps={args.reps}"], capture_output=True, text=True, check=False)
+        command = [sys.executable, "-m", module, f"--backend={backend}", f"--runs={args.runs}", f"--reps={args.reps}"]
+        proc = subprocess.run(command, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise SystemExit(f"the DBOS benchmark on {backend} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+            raise SystemExit(f"{what} on {backend} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        row = rows[-1]
-        print(
-            f"  {backend:9} ours {row['tenxgraph_ms']:7.3f} ms  DBOS {row['dbos_ms']:7.3f} ms  ratio median "
-            f"{row['ratio_median']} (min {row['ratio_min']})",
-            flush=True,
-        )
-    RESULTS.write_text(json.dumps({"rows": rows, "load_at_start": round(load, 2)}, indent=2) + "\n")
-    print(f"written: {RESULTS}")
+        print(show(rows[-1]), flush=True)
+    results.write_text(json.dumps({"rows": rows, "load_at_start": round(load, 2)}, indent=2) + "\n")
+    print(f"written: {results}")
 
 
 if __name__ == "__main__":

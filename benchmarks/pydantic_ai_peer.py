@@ -19,10 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -119,25 +116,17 @@ def main() -> None:
     except ImportError as exc:
         print(f"{exc.name} is not installed: it comes with the bench extra (make bench installs it); skipped")
         return
-    backends = ["sqlite"] + (["postgres"] if os.environ.get("REPLAYSAFE_PG_DSN") else [])
-    load = os.getloadavg()[0]
-    rows = []
-    for backend in backends:
-        command = [sys.executable, "-m", "benchmarks.pydantic_ai_peer", f"--backend={backend}", f"--runs={args.runs}"]
-        proc = subprocess.run([*command, f"--reps={args.reps}"], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise SystemExit(f"the Pydantic AI benchmark on {backend} failed:\n{proc.stdout[-2000:]}\n"
-                             f"{proc.stderr[-3000:]}")  # fmt: skip
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        row = rows[-1]
-        print(
-            f"  {backend:9} LedgerDurability {row['tenxgraph_ms']:7.3f} ms  DBOSDurability {row['dbos_ms']:7.3f} ms  "
-            f"bare {row['bare_ms']:6.3f} ms  ours/DBOS median {row['ratio_to_dbos_median']} "
-            f"(range {row['ratio_to_dbos_range']})  ours/bare {row['ratio_to_bare_median']}",
-            flush=True,
-        )
-    RESULTS.write_text(json.dumps({"rows": rows, "load_at_start": round(load, 2)}, indent=2) + "\n")
-    print(f"written: {RESULTS}")
+    from benchmarks.dbos_peer import by_children
+
+    by_children("benchmarks.pydantic_ai_peer", args, RESULTS, "the Pydantic AI benchmark", show)
+
+
+def show(row: dict[str, Any]) -> str:
+    return (
+        f"  {row['backend']:9} LedgerDurability {row['tenxgraph_ms']:7.3f} ms  DBOSDurability {row['dbos_ms']:7.3f} "
+        f"ms  bare {row['bare_ms']:6.3f} ms  ours/DBOS median {row['ratio_to_dbos_median']} "
+        f"(range {row['ratio_to_dbos_range']})  ours/bare {row['ratio_to_bare_median']}"
+    )
 
 
 if __name__ == "__main__":
