@@ -125,10 +125,11 @@ def test_the_bare_agent_run_again_after_the_same_crash_refunds_twice(tmp_path: P
     """What Pydantic AI alone does: the run's messages died with the process, so the run is run again from the
     prompt; the model asks for the refund again, with new ids, and the provider gets no key to tell."""
     effects_db = tmp_path / "effects.db"
-    assert run_process(effects_db, "bare", "order-A-1042", "email").returncode == 9
+    # (killed after the receipt, the second turn's call: both calls of the first turn had applied their effects)
+    assert run_process(effects_db, "bare", "order-A-1042", "receipt").returncode == 9
     again = run_process(effects_db, "bare", "order-A-1042")
     assert again.returncode == 0 and "asked the model 3 times" in again.stdout
-    assert kinds(effects_db) == Counter({"refund": 2, "email": 2, "receipt": 1})
+    assert kinds(effects_db) == Counter({"refund": 2, "email": 2, "receipt": 2})
 
 
 def approve_process(effects_db: Path, where: str, history: Path, what: str) -> subprocess.Popen[str]:
