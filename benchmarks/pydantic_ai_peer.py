@@ -21,10 +21,10 @@ import asyncio
 import json
 import statistics
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 RESULTS = Path(__file__).with_name("pydantic_ai.json")
 PROMPT = "Please refund order A-1042."
@@ -65,9 +65,11 @@ def dbos(system_database_url: str) -> Callable[[], None]:
     DBOS(config={"name": "tenxbench-pydantic-ai", "system_database_url": system_database_url})
     agent = build_agent(LocalProvider(), engine=(DBOSDurability(), DBOS.step()))  # (each tool a DBOS step)
 
-    @DBOS.workflow()
-    async def support(prompt: str) -> str:
+    async def workflow(prompt: str) -> str:
         return str((await agent.run(prompt)).output)
+
+    # (typed here: dbos may not be installed, and then its decorator is untyped to mypy)
+    support = cast(Callable[[str], Coroutine[Any, Any, str]], DBOS.workflow()(workflow))
 
     DBOS.launch()
     loop = asyncio.new_event_loop()
