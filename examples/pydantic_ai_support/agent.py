@@ -1,7 +1,7 @@
 """A support agent as Pydantic AI's docs write one: ``Agent(model, name=..., instructions=...)`` with tools
 registered by ``@agent.tool_plain``. Its first turn asks for two tools at once (a refund and an email), its second
 for a receipt, its third answers. The model is Pydantic AI's own ``FunctionModel`` answering from the conversation
-so far, as a scripted model would (no API key, the same reply in every process).
+so far, as a scripted model would (no API key, the same reply in every process; streamed too).
 
 ``build_agent(provider)`` is the bare agent; ``build_agent(provider, ledger=checkpointer)`` the same agent with
 ``LedgerDurability``: its model turns journaled and its tool calls recorded in the ledger as they return, so a run
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests
@@ -30,7 +30,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from examples.payments import Provider
 from tenxgraph.integrations.pydantic_ai import LedgerDurability, current_idempotency_key
@@ -59,6 +59,19 @@ def support_model(messages: list[ModelMessage], info: AgentInfo) -> ModelRespons
     return ModelResponse(parts=[TextPart(FINAL)])
 
 
+async def support_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+    """The same turn, streamed (``run_stream``): its text, or its tool calls, as chunks."""
+    response = support_model(messages, info)
+    calls: DeltaToolCalls = {}
+    for index, part in enumerate(response.parts):
+        if isinstance(part, TextPart):
+            yield part.content
+        elif isinstance(part, ToolCallPart):
+            calls[index] = DeltaToolCall(part.tool_name, part.args_as_json_str(), tool_call_id=part.tool_call_id)
+    if calls:
+        yield calls
+
+
 def build_agent(
     provider: Provider,
     ledger: LedgerStore | None = None,
@@ -76,7 +89,7 @@ def build_agent(
     if engine is not None:
         capabilities, step = [engine[0]], engine[1]
     agent: Agent[None, Any] = Agent(
-        FunctionModel(support_model),
+        FunctionModel(support_model, stream_function=support_stream),
         name="support",
         instructions="You are a support agent: refund, tell the customer, send the receipt.",
         capabilities=capabilities,

@@ -25,8 +25,9 @@ RESUME_PATHS = ("app call", "stream", "contest", "recovery", "prune then resume"
 _PATH_OF_MODE = {"stream": "stream", "concurrent": "contest", "recovery": "recovery", "prune": "prune then resume"}
 
 
-def of_cell(evidence: HitEvidence, mode: str, window: str | None) -> dict[str, Any]:
-    """What one cell exercised (*window*: the lock window a contest paused the holder at, if one did)."""
+def of_cell(evidence: HitEvidence, mode: str, window: str | None, framework: str = "tenxgraph") -> dict[str, Any]:
+    """What one cell exercised (*window*: the lock window a contest paused the holder at, if one did; *framework*:
+    what the test's app is built with, as its marker says)."""
     from pytest_replaysafe.judge.evidence import call_id_of
 
     groups = sorted({e.group or 1 for e in evidence.entries if e.event == "record"})
@@ -56,7 +57,7 @@ def of_cell(evidence: HitEvidence, mode: str, window: str | None) -> dict[str, A
         "replayed": sorted(replayed),
         "resume": _PATH_OF_MODE.get(mode, "app call"),
         "window": window,
-        "framework": "langgraph" if evidence.langgraph else "tenxgraph",
+        "framework": framework,
     }
 
 
@@ -68,17 +69,19 @@ def _split(reached: Iterable[str], every: Sequence[str]) -> dict[str, list[str]]
 def summarize(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The coverage of a whole matrix (the JSON report's ``coverage``)."""
     from pytest_replaysafe.matrix.cells import LOCK_WINDOWS
-    from tenxgraph.core.crashpoints import APPROVAL_POINTS, LANGGRAPH_POINTS, list_crash_points
+    from tenxgraph.core.crashpoints import APPROVAL_POINTS, LANGGRAPH_POINTS, PYDANTIC_AI_POINTS, list_crash_points
 
     ran = [c for c in cells if c.get("coverage")]
-    # what could have been reached depends on what the cells ran: our runtime, a LangGraph app (its points, and
-    # no run-lock contest, server recovery or retention job), or both
+    # what could have been reached depends on what the cells ran: our runtime, a LangGraph app or a Pydantic AI
+    # agent (their points, and no run-lock contest, server recovery or retention job), or several
     frameworks = {c["coverage"].get("framework", "tenxgraph") for c in ran} or {"tenxgraph"}
     ours = "tenxgraph" in frameworks
+    theirs = [points for name, points in (("langgraph", LANGGRAPH_POINTS), ("pydantic_ai", PYDANTIC_AI_POINTS))
+              if name in frameworks]  # fmt: skip
     points = [
         p.name
         for p in list_crash_points()
-        if (ours and not p.name.startswith("langgraph.")) or ("langgraph" in frameworks and p.name in LANGGRAPH_POINTS)
+        if (ours and not p.name.startswith(("langgraph.", "pydantic_ai."))) or any(p.name in t for t in theirs)
     ]
     if not any(c["point"] in APPROVAL_POINTS for c in cells):  # no test pauses for a person: nothing to reach there
         points = [p for p in points if p not in APPROVAL_POINTS]

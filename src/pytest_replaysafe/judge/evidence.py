@@ -54,12 +54,12 @@ def call_id_of(message_id: str, index: int) -> str:
 class Entry:
     thread: str
     id: str  # the runtime's execution id: its ledger key (or its stand-in for a call without one)
-    #: start, end, timeout, in_doubt, paused, rejected (runtime) | record, recorded, decided (the checkpointer
-    #: wrapper) | asked, pause_problem (the harness's person) | body, body_end, body_paused (the harness's
-    #: witness inside the tool body: run.witness)
+    #: start, end, timeout, in_doubt, paused, rejected (runtime) | record, recorded, decided, journaled (a model
+    #: turn's, by the checkpointer wrapper) | asked, pause_problem (the harness's person) | body, body_end,
+    #: body_paused (the harness's witness inside the tool body: run.witness, run.pydantic_ai_watch)
     event: str
     tool: str | None = None
-    fp: str | None = None  # fingerprint of the output (end, record)
+    fp: str | None = None  # fingerprint of the output (end, record; body_end of a Pydantic AI tool)
     ufp: str | None = None  # fingerprint of the state update, where there is one (end, record)
     group: int | None = None  # record: the size of the group commit it was written in (None: alone)
     error: bool = False
@@ -71,7 +71,8 @@ class Entry:
     t: float | None = None  # when it was written: CLOCK_MONOTONIC, one clock for every process of the machine
     out: str | None = None  # the start of the output as text (end): what a person compares two runs by
     #: body events: "mcp" when the witness saw the request its MCP server received; "langgraph" when it saw a
-    #: LangGraph tool's body through LangChain's callbacks (UNDECLARED: a tool whose declaration it could not read)
+    #: LangGraph tool's body through LangChain's callbacks; "pydantic_ai" a Pydantic AI agent's function tool
+    #: (UNDECLARED: a tool whose declaration it could not read, or a bare agent's)
     via: str | None = None
 
     def answer(self) -> str:

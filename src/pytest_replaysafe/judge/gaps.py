@@ -71,15 +71,30 @@ _LANGGRAPH_TERMS = (
 )
 
 
+#: The same fixes in Pydantic AI's terms (a tool is declared to the agent's ``LedgerDurability``, as to the node).
+_PYDANTIC_AI_TERMS = tuple(
+    (ours, theirs.replace("ReplaySafeToolNode(tools, ledger=...", "LedgerDurability(ledger").replace(
+        "ReplaySafeToolNode(", "LedgerDurability("))
+    for ours, theirs in _LANGGRAPH_TERMS
+)  # fmt: skip
+
+
 def remedies_of(rules: Iterable[GapRule], framework: str) -> str:
     """The remedies of *rules*, once each, in the test's framework's terms."""
     said = "; ".join(dict.fromkeys(rule.remedy for rule in rules if rule.remedy))
+    if framework == "pydantic_ai":
+        return in_terms(said, _PYDANTIC_AI_TERMS)
     return in_langgraph_terms(said) if framework == "langgraph" else said
 
 
 def in_langgraph_terms(remedy: str) -> str:
     """A remedy told to a LangGraph test: the same fix, declared the way a LangGraph tool is."""
-    for ours, theirs in _LANGGRAPH_TERMS:
+    return in_terms(remedy, _LANGGRAPH_TERMS)
+
+
+def in_terms(remedy: str, terms: Iterable[tuple[str, str]]) -> str:
+    """*remedy* with each of our runtime's spellings replaced by the framework's (*terms*)."""
+    for ours, theirs in terms:
         remedy = remedy.replace(ours, theirs)
     return remedy
 

@@ -35,6 +35,8 @@ def provenance(
             returned[e.hid].add((e.fp, e.error))
             returned_by_key[e.id].add((e.fp, e.error))
             updates_by_key[e.id].add(e.ufp)
+        elif e.event == "body_end" and e.fp is not None:  # what the witness saw the body return (the value a
+            returned[e.hid].add((e.fp, e.error))  # framework shows the model, whatever envelope it records)
         elif e.event == "record" and e.id not in settled_keys:
             problems += _record_problem(e, returned_by_key, updates_by_key, labels_by_key.get(e.id, e.id))
     for call, ikeys in keys.items():

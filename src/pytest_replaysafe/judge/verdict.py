@@ -57,6 +57,13 @@ LANGGRAPH_ASKED_AGAIN = (
 )
 
 
+#: Why a Pydantic AI model turn runs again after a crash, and the fix.
+PYDANTIC_AI_ASKED_AGAIN = (
+    " (Pydantic AI: the response that asked for it was not kept before its tools ran; LedgerDurability journals "
+    "each model response and a resumed run is answered from the journal)"
+)
+
+
 def _asked_again(durability: str) -> str:
     """Why a LangGraph model turn ran again, and the fix: durability='sync', unless the run already has it."""
     if not durability:
@@ -103,6 +110,8 @@ class HitEvidence:
     not_applied: list[str] = field(default_factory=list)
     #: A LangGraph app's durability ("" for ours): the verdict's explanations name LangGraph's causes and fixes.
     langgraph: str = ""
+    #: What the app is built with (its marker's ``framework``): the explanations name that framework's fix.
+    framework: str = "tenxgraph"
 
     def executions(self) -> Counter[str]:
         """Body executions per call (the harness's call identity; a run that paused for a person is not one)."""
@@ -228,7 +237,9 @@ def judge(
         if n > ref.calls_per_tool.get(tool, 0):
             problems.append(
                 f"{tool} was called for {n} distinct calls, {ref.calls_per_tool.get(tool, 0)} in the clean run: "
-                "a model turn ran again and asked for it anew" + _asked_again(evidence.langgraph)
+                "a model turn ran again and asked for it anew"
+                + _asked_again(evidence.langgraph)
+                + (PYDANTIC_AI_ASKED_AGAIN if evidence.framework == "pydantic_ai" else "")
             )
     problems += provenance(messages, evidence.entries, labels, evidence.tools)
     problems += pause_problems(evidence.entries, labels)
@@ -274,10 +285,18 @@ def judge(
         if n <= allowed:
             gaps |= names
             continue
-        if marked.get(eid) == UNRECORDED and mode == "resumers":
+        if marked.get(eid) == UNRECORDED and mode == "resumers" and evidence.framework == "pydantic_ai":
+            why = " (no ledger recorded it: each resumer ran it; with pydantic_ai.LedgerDurability it runs once)"
+        elif marked.get(eid) == UNRECORDED and mode == "resumers":
             why = (
                 " (no ledger recorded it: each process that resumed the pause ran it; ReplaySafeToolNode runs it "
                 "once, and tenxgraph.integrations.langgraph.resume_once the rest of the thread)"
+            )
+        elif marked.get(eid) == UNRECORDED and evidence.framework == "pydantic_ai":
+            why = (
+                " (no ledger recorded it when it returned: a bare Pydantic AI agent run again on its saved "
+                "history runs the calls its last response asked for again, finished ones included; "
+                "tenxgraph.integrations.pydantic_ai.LedgerDurability records each call as it returns)"
             )
         elif marked.get(eid) == UNRECORDED:
             why = (

@@ -316,13 +316,27 @@ def marker_kwargs(marker: Any) -> dict[str, Any]:
     return dict(marker.kwargs)
 
 
-#: What a marked test's app is built with: our runtime, or LangGraph (``framework="langgraph"``: LangGraph's
-#: points, no run-lock contest or recovery cells, which are our runtime's).
-FRAMEWORKS = ("tenxgraph", "langgraph")
+#: What a marked test's app is built with: our runtime, LangGraph (``framework="langgraph"``: LangGraph's points,
+#: no run-lock contest or recovery cells, which are our runtime's) or Pydantic AI (``framework="pydantic_ai"``).
+FRAMEWORKS = ("tenxgraph", "langgraph", "pydantic_ai")
 #: The modes a LangGraph app's cells run in (the others are our runtime's run lock and server). ``prune``: the
 #: ledger's retention job between the kill and the resume must keep a LangGraph thread's records (it has no row
 #: in our ``threads`` table: the job cannot see it finished). ``resumers``: k processes answer each pause at once.
 LANGGRAPH_MODES = ("inprocess", "sigkill", "stream", "prune", "resumers")
+#: The modes a Pydantic AI agent's cells run in. ``resumers``: k processes resume the crashed run at once.
+PYDANTIC_AI_MODES = ("inprocess", "sigkill", "stream", "resumers")
+_NAMES = {"langgraph": "a LangGraph app", "pydantic_ai": "a Pydantic AI agent"}
+
+
+def framework_cells(framework: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The points and modes of another framework's app (None: our runtime's, every one)."""
+    from tenxgraph.core.crashpoints import LANGGRAPH_POINTS, PYDANTIC_AI_POINTS
+
+    if framework == "langgraph":
+        return LANGGRAPH_POINTS, LANGGRAPH_MODES
+    if framework == "pydantic_ai":
+        return PYDANTIC_AI_POINTS, PYDANTIC_AI_MODES
+    return None
 
 
 class Selection(Protocol):
@@ -339,22 +353,19 @@ class Selection(Protocol):
 
 def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     """Parametrize a marked test with its cells (point x backend x mode, plus the budgeted contest)."""
-    from tenxgraph.core.crashpoints import LANGGRAPH_POINTS, list_crash_points
+    from tenxgraph.core.crashpoints import list_crash_points
 
     marker = metafunc.definition.get_closest_marker("crash_matrix")
     assert marker is not None
     opts = marker_kwargs(marker)
-    langgraph = opts.get("framework") == "langgraph"
+    framework = str(opts.get("framework", "tenxgraph"))
+    own = framework_cells(framework)  # another framework's points and modes (None: ours)
     where = f"@crash_matrix of {metafunc.definition.nodeid}"
     known = {p.name for p in list_crash_points()}
     points = split_names(opts.get("points")) or settings.points
     if points is None:
-        ours = [p for p in sorted(known) if not p.startswith("langgraph.")]
-        points = [
-            p
-            for p in (LANGGRAPH_POINTS if langgraph else ours)
-            if FIXTURE_POINTS.get(p) in (None, *metafunc.fixturenames)
-        ]
+        ours = [p for p in sorted(known) if not p.startswith(("langgraph.", "pydantic_ai."))]
+        points = [p for p in (own[0] if own else ours) if FIXTURE_POINTS.get(p) in (None, *metafunc.fixturenames)]
     check_names("point", points, known, where)
     backends = split_names(opts.get("backends")) or list(settings.registry)
     check_names("backend", backends, settings.registry, where)
@@ -371,10 +382,10 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
         modes = [m for m in modes if m in settings.modes]
     if settings.every_mode:  # (a mode that needs a fixture runs where the test has it, as in a default run)
         modes = [m for m in modes if FIXTURE_MODES.get(m) in (None, *metafunc.fixturenames)]
-    if langgraph:  # what the options ask for that a LangGraph app has (our runtime's points and modes it has not)
+    if own:  # what the options ask for that the framework's app has (our runtime's points and modes it has not)
         if not split_names(opts.get("points")):
-            points = [p for p in points if p in LANGGRAPH_POINTS]
-        modes = [m for m in modes if m in LANGGRAPH_MODES]
+            points = [p for p in points if p in own[0]]
+        modes = [m for m in modes if m in own[1]]
     cells = [
         Cell(p, b.name, m)
         for p in points
@@ -382,18 +393,18 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
         for m in modes
         if m not in FAULT_CELL_MODES and m in MODE_POINTS.get(p, (m,))
     ]
-    if not langgraph:
+    if not own:
         cells += _fault_cells(points, chosen, settings.faults, marked_modes or settings.modes)
-    if (settings.every_mode or not (marked_modes or settings.modes)) and not langgraph:
+    if (settings.every_mode or not (marked_modes or settings.modes)) and not own:
         budget = budget_cells([b for b in chosen if b.durable])  # (all modes: recovery and prune run at every point)
         cells += [c for c in budget if c.window is not None or not settings.every_mode]
     if not cells:
         skipped = sorted(set(backends) & set(settings.unavailable))
         reason = "; ".join(f"{b}: {settings.unavailable[b]}" for b in skipped) or "no backend or mode selected"
-        if langgraph and not skipped:
+        if own and not skipped:
             reason = (
-                f"a LangGraph app has the points {', '.join(LANGGRAPH_POINTS)} and the modes "
-                f"{', '.join(LANGGRAPH_MODES)}; none of them was selected"
+                f"{_NAMES[framework]} has the points {', '.join(own[0])} and the modes {', '.join(own[1])}; "
+                "none of them was selected"
             )
         cells_param = [pytest.param(None, marks=pytest.mark.skip(reason=f"replaysafe: no cells ({reason})"))]
         metafunc.parametrize("_replaysafe_cell", cells_param, ids=["no-cells"], indirect=True)

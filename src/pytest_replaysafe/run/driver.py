@@ -30,13 +30,14 @@ from pytest_replaysafe.matrix.cells import MODE_POINTS, Backend, Cell, reach_hin
 from pytest_replaysafe.matrix.orders import Groups, Orders
 from pytest_replaysafe.matrix.schedules import DEPTH_MODES, Depth, Plan, Planner, SecondCrash
 from pytest_replaysafe.report import timeline
-from pytest_replaysafe.run import langgraph_app, witness
+from pytest_replaysafe.run import langgraph_app, pydantic_ai_app, witness
 from pytest_replaysafe.run.approvals import Approvals, run_once
 from pytest_replaysafe.run.effects import Effects
 from pytest_replaysafe.run.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
 from pytest_replaysafe.run.hitrun import play
 from pytest_replaysafe.run.langgraph_app import LangGraphApp, crash_point_saver, is_langgraph_app, saver_factory
 from pytest_replaysafe.run.modes import App, Hit, Inputs
+from pytest_replaysafe.run.pydantic_ai_app import PydanticAIApp, is_pydantic_ai_agent
 from pytest_replaysafe.run.resumers import at_once_on
 from pytest_replaysafe.run.resumes import MODES, window_arrival
 from pytest_replaysafe.run.spy import RecordingCheckpointer
@@ -142,6 +143,7 @@ class CellDriver:
         self._batches = 0
         self._order_label = ""
         self._rng = random.Random(f"{plan.seed}:{plan.nodeid}")
+        self._prefix = ""  # the thread names' start (a Pydantic AI agent's)
         self.thread_id = self._new_thread("main")
         self._saver: Any = None  # the LangGraph saver, made on first use
 
@@ -157,13 +159,18 @@ class CellDriver:
             self._saver.close()
 
     def _new_thread(self, label: str) -> str:
-        return f"rs-{self._rng.getrandbits(48):012x}-{label}"
+        return f"{self._prefix}rs-{self._rng.getrandbits(48):012x}-{label}"
 
     # -- the test author's calls (through CrashRun) ---------------------------------------------------------------
     def drive(self, app: Any, input: Inputs, config: Mapping[str, Any] | None, stream: bool) -> RunResult[Any]:
         """One ``crash_run.invoke`` (or ``stream``, ``conversation``) of a tenxgraph graph or a LangGraph app:
         clean, or crashed and resumed at this execution's hit, checked; the (resumed) result."""
         config = dict(config or {})
+        if is_pydantic_ai_agent(app):
+            where = (self.nodeid, self.framework, self.cell is not None)
+            return self._drive(
+                pydantic_ai_app.checked(app, input, self.log, self.workdir, where), input, config, stream
+            )
         if not is_langgraph_app(app):
             return self._drive(app, input, config, stream)
         langgraph_app.framework_matches(self.nodeid, self.framework, self.cell is not None)
@@ -269,9 +276,9 @@ class CellDriver:
         """One run (every turn of a conversation) on a new graph object over the cell's checkpointer."""
         self._batches, self._order_label = 0, label
         at_once = at_once_on(self.workdir, self.log, thread) if label == "resume" and self.resumers else None
-        if isinstance(app, LangGraphApp):
+        if isinstance(app, LangGraphApp | PydanticAIApp):
             assert not isinstance(input, list)
-            return app.run(input, thread, config, stream, self.approvals, at_once)  # type: ignore[no-any-return]
+            return app.run(input, thread, config, stream, self.approvals, at_once)
         graph = app.copy(self.checkpointer)
         cfg = {**config, "thread_id": thread}
         result = None
@@ -286,7 +293,7 @@ class CellDriver:
         return result
 
     def stored_result(self, app: App, thread: str) -> RunResult[Any]:
-        if isinstance(app, LangGraphApp):
+        if isinstance(app, LangGraphApp | PydanticAIApp):
             return app.result(thread)
         graph = app.copy(self.checkpointer)
         state = graph.get_state(thread)
@@ -310,6 +317,7 @@ class CellDriver:
         if config.pop("thread_id", None) is not None:
             raise pytest.UsageError("crash_run.invoke: leave thread_id out of config; crash_run assigns thread ids")
         self.driven = True
+        self._prefix = app.thread_prefix if isinstance(app, PydanticAIApp) else ""
         remove = install(Instrument(on_tool=self.log.observe, completion_order=self._order))
         unwitness = witness.install(app, self.log)  # the harness's own view from inside the tool bodies
         try:
@@ -381,6 +389,7 @@ class CellDriver:
         self.thread_id = thread
         target = Hit(app, input, config, stream, cell.point, hit, thread)
         target.langgraph = (app.durability or "async") if isinstance(app, LangGraphApp) else ""
+        target.framework = self.framework
         if cell.window is not None:  # a budgeted contest: the lock holder pauses at this lock window
             target.window, target.contested_window = window_arrival(cell.window, hit - 1, drive.counts), cell.window
         tools = frozenset(self.tools) if self.tools is not None else None
@@ -400,7 +409,7 @@ class CellDriver:
         schedule = timeline.Schedule(cell.point, hit, cell.mode, crashed, played.fault, played.second, played.before)
         r.timeline = timeline.build(evidence.entries, played.fault_at, labels, schedule, evidence.resume_error)
         window = (target.contested_window or target.window[0]) if target.contested else None
-        r.coverage = coverage.of_cell(evidence, mode.name, window)
+        r.coverage = coverage.of_cell(evidence, mode.name, window, self.framework)
         if evidence.effects is not None:
             r.effects_applied = dict(Counter(e["kind"] for e in evidence.effects))
         r.not_applied = evidence.not_applied
@@ -430,20 +439,8 @@ class CellDriver:
     ) -> None:
         assert self.cell is not None
         repro = self.repro(hit)
-        self.results.append(
-            CellResult(
-                self.nodeid,
-                self.cell.point,
-                hit,
-                self.cell.backend,
-                self.cell.mode,
-                outcome,
-                gap=gap,
-                executions=executions,
-                duration_s=round(duration, 4),
-                repro=repro,
-                detail=detail,
-                order=self.order,
-                then=str(self.then) if self.then is not None else None,
-            )
-        )
+        self.results.append(CellResult(
+            self.nodeid, self.cell.point, hit, self.cell.backend, self.cell.mode, outcome, gap=gap,
+            executions=executions, duration_s=round(duration, 4), repro=repro, detail=detail, order=self.order,
+            then=str(self.then) if self.then is not None else None,
+        ))  # fmt: skip

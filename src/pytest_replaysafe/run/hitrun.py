@@ -62,7 +62,8 @@ def play(
     crash = mode.crash(run, hit)
     before = run.entries(hit.thread) if crash.crashed else []
     window, left = (None, {}) if faulted else (crash.window, unfinished(before))
-    evidence = HitEvidence(crash.crashed, window, before, left, error=crash.error, tools=tools, langgraph=hit.langgraph)
+    evidence = HitEvidence(crash.crashed, window, before, left, error=crash.error, tools=tools, langgraph=hit.langgraph,
+                           framework=hit.framework)  # fmt: skip
     played = PlayedHit(crash, evidence, len(before), crash.note, result=crash.result)
     if crash.result is not None:  # the run outlived its fault: nothing to resume
         evidence.final_messages, evidence.final_text = crash.result.messages, crash.result.final_text
@@ -71,7 +72,7 @@ def play(
         played.fault = "; ".join(filter(None, [played.fault, spoiled])) or None
         if then is not None:  # depth 2: the first resume crashes too
             again = Hit(hit.app, hit.resume_input, hit.resume_config, hit.stream, then.point, then.hit, hit.thread)
-            again.langgraph = hit.langgraph
+            again.langgraph, again.framework = hit.langgraph, hit.framework
             crash2 = mode.crash(run, again)
             if not crash2.crashed and not crash2.error:
                 played.skipped = True

@@ -26,13 +26,15 @@ from pytest_replaysafe.run.settle import settle_siblings
 
 if TYPE_CHECKING:
     from pytest_replaysafe.run.langgraph_app import LangGraphApp
+    from pytest_replaysafe.run.pydantic_ai_app import PydanticAIApp
     from pytest_replaysafe.run.spy import RecordingCheckpointer
     from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
 
 Inputs = Mapping[str, Any] | list[Mapping[str, Any]]
 """One input, or the turns of a conversation."""
-App: TypeAlias = "CompiledGraph[Any] | LangGraphApp"
-"""What a cell runs: a tenxgraph graph, or a LangGraph app (see :mod:`.langgraph_app`)."""
+App: TypeAlias = "CompiledGraph[Any] | LangGraphApp | PydanticAIApp"
+"""What a cell runs: a tenxgraph graph, a LangGraph app (see :mod:`.langgraph_app`) or a Pydantic AI agent
+(:mod:`.pydantic_ai_app`)."""
 
 
 class Runner(Protocol):
@@ -82,6 +84,13 @@ class Hit:
     #: A LangGraph app. Its threads outlive an in-process crash (LangGraph runs sync tools in a thread pool, which
     #: the crash does not stop): after the crash, every point they reach crashes too, as in a process that died.
     langgraph: str = ""  # a LangGraph app's: its durability ("sync", "async"); "" for ours
+    #: What the app is built with, as the test's marker says (``tenxgraph``, ``langgraph``, ``pydantic_ai``).
+    framework: str = "tenxgraph"
+
+    @property
+    def outlives(self) -> bool:
+        """Another framework's app (LangGraph, Pydantic AI): its tool threads outlive an in-process crash."""
+        return self.framework != "tenxgraph" or bool(self.langgraph)
 
     @property
     def resume_input(self) -> Inputs | None:
@@ -172,7 +181,7 @@ class InProcess:
         window: dict[str, str] = {}
 
         def crash(name: str, n: int) -> None:
-            if hit.langgraph:
+            if hit.outlives:
                 for point in crashpoints.list_crash_points("crash"):
                     crashpoints.arm(point.name, 1, "raise")
             raise CrashInjected(name, n)

@@ -33,6 +33,7 @@ from pytest_replaysafe.run.procs import (
     wait_child,
     wait_readable,
 )
+from pytest_replaysafe.run.pydantic_ai_app import PydanticAIApp
 
 #: Windows at which no tool call is in flight: a run that takes the thread over may finish it (elsewhere a takeover
 #: runs an in-flight call again, the in-flight gap of a lost lock, not what a contest judges).
@@ -273,7 +274,7 @@ class Recover(SigKill):
     async def _recover(run: Runner, hit: Hit) -> str:
         from tenxgraph.server.recovery import Recovery
 
-        assert not isinstance(hit.app, LangGraphApp), "recovery is tenxgraph's server's: no LangGraph cell has it"
+        assert not isinstance(hit.app, LangGraphApp | PydanticAIApp), "recovery is tenxgraph's server's"
         graph = hit.app.copy(run.checkpointer)  # a fresh Recovery each time: no back-off between the harness's tries
         return await Recovery(graph, max_attempts=10**6).recover(hit.thread)
 

@@ -39,6 +39,11 @@ class RecordingCheckpointer(DelegatingCheckpointer):
         return version
 
     async def aput_tool_result(self, thread_id: str, key: str, record: dict[str, JSON]) -> bool:
+        if record.get("kind") == "model_response":  # a journaled model turn (Pydantic AI): no tool call's record
+            written = await self.inner.aput_tool_result(thread_id, key, record)
+            fp = fingerprint(record.get("payload"))
+            self.log.write(Entry(thread_id, key, "journaled", fp=fp, cond=None if written else "not_first"))
+            return written
         begun = _record_entry(thread_id, key, record)
         tool, fp = begun.tool, begun.fp
         self.log.write(begun)

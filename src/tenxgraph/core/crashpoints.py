@@ -83,8 +83,11 @@ class CrashPoint:
 _HANDLER = "tenxgraph.core.graph.utils.invoke_node_handler"
 _TRANSACTIONAL = ("tenxgraph.core.graph.utils.transactional",)
 _LANGGRAPH = "pytest_replaysafe.run.langgraph_watch"  # the watcher of a bare ToolNode's calls
+_PYDANTIC_AI_WATCH = "pytest_replaysafe.run.pydantic_ai_watch"  # the watcher of a bare Pydantic AI agent's calls
 _LANGGRAPH_HARNESS = "pytest_replaysafe.run.langgraph_app"  # the harness's saver (its own point)
 _LANGGRAPH_SAVER = "tenxgraph.integrations.langgraph.saver"  # CrashPointSaver, around a LangGraph saver
+_PYDANTIC_AI = "tenxgraph.integrations.pydantic_ai.backend"  # LedgerDurability's journal of model responses
+_PYDANTIC_AI_HARNESS = ("pytest_replaysafe.run.pydantic_ai_app",)  # a bare agent's history, saved by the harness
 #: Every built-in point, in the order the points fire in a run.
 POINTS: tuple[CrashPoint, ...] = (
     CrashPoint(
@@ -101,7 +104,13 @@ POINTS: tuple[CrashPoint, ...] = (
     ),
     CrashPoint("tool.before_ledger_read", "crash", "tool node started; the ledger has not been read yet", _HANDLER),
     CrashPoint("ledger.read_error", "fault", "the batched ledger read fails (fault point)", _HANDLER),
-    CrashPoint("tool.before_invoke", "crash", "ledger miss; the tool is about to run", _HANDLER, (_LANGGRAPH,)),
+    CrashPoint(
+        "tool.before_invoke",
+        "crash",
+        "ledger miss; the tool is about to run",
+        _HANDLER,
+        (_LANGGRAPH, _PYDANTIC_AI_WATCH),
+    ),
     CrashPoint(
         "tool.in_flight",
         "crash",
@@ -114,7 +123,7 @@ POINTS: tuple[CrashPoint, ...] = (
         "crash",
         "the tool returned; its record is not written yet",
         _HANDLER,
-        (*_TRANSACTIONAL, _LANGGRAPH),
+        (*_TRANSACTIONAL, _LANGGRAPH, _PYDANTIC_AI_WATCH),
     ),
     CrashPoint(
         "ledger.write_error", "fault", "writing the ledger record fails (fault point)", _HANDLER, _TRANSACTIONAL
@@ -165,6 +174,22 @@ POINTS: tuple[CrashPoint, ...] = (
         "once that call has returned, before its record (crash matrix only)",
         _LANGGRAPH_HARNESS,
     ),
+    # A Pydantic AI agent: its model's responses (journaled by LedgerDurability; a bare agent's user saves the
+    # run's message history, as the harness does, after each step).
+    CrashPoint(
+        "pydantic_ai.after_model_response",
+        "crash",
+        "a Pydantic AI agent's model answered; the response is not journaled (a bare agent: its history not saved)",
+        _PYDANTIC_AI,
+        _PYDANTIC_AI_HARNESS,
+    ),
+    CrashPoint(
+        "pydantic_ai.after_model_record",
+        "crash",
+        "the model's response is journaled (a bare agent: the run's history is saved); its tools have not run",
+        _PYDANTIC_AI,
+        _PYDANTIC_AI_HARNESS,
+    ),
 )
 #: The points of a LangGraph app (``@pytest.mark.crash_matrix(framework="langgraph")``): LangGraph's step
 #: boundaries, and those around each tool call that a LangGraph tool node reaches (the watcher of a bare
@@ -181,6 +206,17 @@ LANGGRAPH_POINTS = (
     "langgraph.before_put",
     "langgraph.after_put",
     "langgraph.late_put_writes",
+)
+#: The points of a Pydantic AI agent (``@pytest.mark.crash_matrix(framework="pydantic_ai")``): its model's
+#: responses, and those around each tool call (``LedgerDurability`` reaches all of them; the harness's watch of a
+#: bare agent's calls fires ``tool.before_invoke`` and ``tool.after_return``).
+PYDANTIC_AI_POINTS = (
+    "pydantic_ai.after_model_response",
+    "pydantic_ai.after_model_record",
+    "tool.before_invoke",
+    "tool.in_flight",
+    "tool.after_return",
+    "tool.after_record",
 )
 
 

@@ -11,6 +11,8 @@
   then the run: one decision per call, whoever sends it, and the approved call run once.
 - :func:`current_idempotency_key`: the key of the tool call running now, for the payment or email provider;
   :func:`send_idempotency_key`: an MCP toolset's ``process_tool_call`` that sends it in the request's ``_meta``.
+- :func:`to_messages`: a run's messages (``result.all_messages()``) as tenxgraph messages, each response with the
+  ledger's id for it.
 
 See docs/pydantic-ai.md. Importing this package needs no Pydantic AI; its names import it on first use.
 """
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from tenxgraph.integrations.pydantic_ai.answering import aresume_once, resume_once
     from tenxgraph.integrations.pydantic_ai.durability import LedgerDurability, current_idempotency_key
     from tenxgraph.integrations.pydantic_ai.mcp_calls import KEY_META, send_idempotency_key
+    from tenxgraph.integrations.pydantic_ai.messages import to_messages
 
 __all__ = [
     "KEY_META",
@@ -34,12 +37,14 @@ __all__ = [
     "current_idempotency_key",
     "resume_once",
     "send_idempotency_key",
+    "to_messages",
 ]
 _WHERE = {name: "tenxgraph.integrations.pydantic_ai.durability" for name in __all__} | {
     "aresume_once": "tenxgraph.integrations.pydantic_ai.answering",
     "resume_once": "tenxgraph.integrations.pydantic_ai.answering",
     "KEY_META": "tenxgraph.integrations.pydantic_ai.mcp_calls",
     "send_idempotency_key": "tenxgraph.integrations.pydantic_ai.mcp_calls",
+    "to_messages": "tenxgraph.integrations.pydantic_ai.messages",
 }
 
 

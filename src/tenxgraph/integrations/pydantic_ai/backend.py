@@ -48,6 +48,7 @@ from tenxgraph.ledger import (
     ToolExecution,
     ToolOutput,
     invoke_tool_call,
+    probe,
 )
 from tenxgraph.state.messages import JSON, Message, ToolCallBlock
 from tenxgraph.utils.constants import LOGGER_NAME
@@ -138,8 +139,10 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
         if found is not None:
             return found["payload"]
         payload = await body()
+        probe.point("pydantic_ai.after_model_response")
         record: dict[str, JSON] = {"v": 1, "kind": "model_response", "payload": payload}
         if await self.ledger.aput_tool_result(thread, key, record):
+            probe.point("pydantic_ai.after_model_record")
             return payload
         winner = (await self.ledger.aget_tool_results(thread, [key]))[key]  # (another resumer recorded first)
         return winner["payload"]

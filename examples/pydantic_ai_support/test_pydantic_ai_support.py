@@ -1,0 +1,60 @@
+"""The before and after of a Pydantic AI agent under the crash matrix (needs the pydantic-ai extra).
+
+pytest examples/pydantic_ai_support --crash-matrix                      # after: 0 violations, documented gaps only
+pytest examples/pydantic_ai_support --crash-matrix --runxfail -k bare   # before: the violations, each with repro
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "pydantic_ai.durable_exec", reason="the pydantic-ai extra is not installed: pip install 'tenxgraph[pydantic-ai]'"
+)
+
+from examples.pydantic_ai_support.agent import FINAL, build_agent
+from pytest_replaysafe import CrashRun, Effects, ReplaySafetyViolation
+
+PROMPT = {"user_prompt": "Please refund order A-1042."}
+KINDS = ("refund", "email", "receipt")
+
+
+@pytest.mark.crash_matrix(framework="pydantic_ai", backends="memory,sqlite,postgres")
+def test_durable_agent(crash_run: CrashRun, effects: Effects) -> None:
+    """The agent with LedgerDurability, killed and resumed at every point: its model turns are not asked again,
+    a finished call never runs again, and each call's idempotency key dedupes what a crash cut short. The refund
+    is declared external: a crash that caught it in flight leaves it in doubt, and it is not run again (the model
+    is told it failed; its effect happened once or not at all)."""
+    agent = build_agent(effects, ledger=crash_run.checkpointer)
+    result = crash_run.invoke(agent, PROMPT)
+    assert result.final_text == FINAL
+    sent = {kind: effects.count(kind, thread_id=crash_run.thread_id) for kind in KINDS}
+    refund = next(r for m in result.messages for r in m.tool_results if r.call_id == refund_call(result))
+    assert sent == {"refund": sent["refund"], "email": 1, "receipt": 1}
+    assert sent["refund"] == 1 if not refund.is_error else sent["refund"] <= 1
+
+
+def refund_call(result: Any) -> str | None:
+    """The id of the refund's call in the run's conversation."""
+    return next(c.id for m in result.messages for c in m.tool_calls if c.name == "refund")
+
+
+@pytest.mark.xfail(
+    raises=ReplaySafetyViolation,
+    strict=False,
+    reason="the before: a bare agent re-run from its saved history runs finished calls again (--runxfail shows them)",
+)
+# (no ledger: tool.after_record is never reached; the history the user saves is a file, the same on any backend)
+@pytest.mark.crash_matrix(
+    framework="pydantic_ai",
+    backends="sqlite",
+    points="pydantic_ai.after_model_response,pydantic_ai.after_model_record,tool.before_invoke,tool.in_flight,"
+    "tool.after_return",
+)
+def test_bare_agent(crash_run: CrashRun, effects: Effects) -> None:
+    """Pydantic AI alone: its user saves the run's messages after every step and, after a crash, runs the agent
+    again on them. The response's calls all run again, finished ones included."""
+    result = crash_run.invoke(build_agent(effects), PROMPT)
+    assert result.final_text == FINAL
