@@ -18,21 +18,17 @@ import pytest
 
 pytest.importorskip("pydantic_ai.durable_exec")
 
-ROOT = Path(__file__).resolve().parents[1]
-B = "import tenxgraph.integrations.pydantic_ai.backend as b\n"
+from tests.test_pydantic_ai_mutants import MUTANTS as RUN_MUTANTS
+from tests.test_pydantic_ai_mutants import B
 
-#: Each mutant: the code that breaks the integration, and what the cells that catch it must say.
+ROOT = Path(__file__).resolve().parents[1]
+#: Each mutant: the code that breaks the integration, and what the cells that catch it must say. The first two are
+#: tests/test_pydantic_ai_mutants.py's (its scenarios catch them by the effects and turns counted outside).
 MUTANTS: dict[str, tuple[str, str]] = {
     # the model is asked again for a turn it answered: its calls come back with new ids, so new keys
-    "model_not_journaled": (
-        B + "async def j(self, body, context, key):\n    return await body()\nb.LedgerBackend._journaled = j\n",
-        "different idempotency keys across attempts",
-    ),
+    "model_not_journaled": (RUN_MUTANTS["model_not_journaled"][0], "different idempotency keys across attempts"),
     # the tools run outside the ledger: a finished call runs again, with no in-doubt detection
-    "tools_not_through_ledger": (
-        B + "async def t(self, body, params):\n    return await body()\nb.LedgerBackend._tool_call = t\n",
-        "without in-doubt detection",
-    ),
+    "tools_not_through_ledger": (RUN_MUTANTS["tools_not_through_ledger"][0], "without in-doubt detection"),
     # the effect class and in-doubt policy the user declared are dropped (the witness reads the declaration)
     "declared_policy_dropped": (
         "import tenxgraph.integrations.pydantic_ai.durability as d\n"

@@ -82,10 +82,6 @@ class PydanticAIApp:
         self.thread_prefix = f"pydantic-ai:{name}:"
         witness_bodies(agent)
 
-    @property
-    def ledger(self) -> Any:
-        return self.durability.ledger if self.durability is not None else None
-
     def run(
         self,
         input: Mapping[str, Any] | None,
@@ -113,16 +109,16 @@ class PydanticAIApp:
 
         watch = CallWatch(thread, self.log, self.durability)
         conversation = thread.removeprefix(self.thread_prefix)
-        kw: dict[str, Any] = {"deps": self.input["deps"]} if "deps" in self.input else {}
+        kw: dict[str, Any] = {"capabilities": [watch], **{k: v for k, v in self.input.items() if k == "deps"}}
         if self.durability is not None:  # the same run again, by its run_id: the journal and ledger replay it
-            kw |= {"run_id": conversation, "conversation_id": conversation, "capabilities": [watch]}
+            kw |= {"run_id": conversation, "conversation_id": conversation}
             self._save(thread, run_sync(self._durable(self.input["user_prompt"], stream, kw)))
             return
         saved = self._load(thread) if resume else None  # the bare agent's user: its saved history, if any
         if saved and _finished(saved):
             return  # (the run had ended: its last response answered without asking for a tool)
         prompt = None if saved else self.input["user_prompt"]
-        run_sync(self._stepped(thread, prompt, saved, stream, kw | {"capabilities": [watch]}))
+        run_sync(self._stepped(thread, prompt, saved, stream, kw))
 
     async def _durable(self, prompt: Any, stream: bool, kw: dict[str, Any]) -> list[Any]:
         """The durable agent's run (``run``, or ``run_stream`` read to its end): its messages. (On the loop of
