@@ -99,7 +99,7 @@ def test_a_second_worker_during_a_drop_never_runs_an_in_flight_sibling_again(tmp
     assert cells and failing(data) == 0 and {c["outcome"] for c in cells} == {"protected"}
     in_flight = [c for c in cells if c["point"] in ("tool.in_flight", "tool.after_return")]
     notes = [e["text"] for c in in_flight for e in c["timeline"] if e["kind"] == "fault"]
-    assert len(notes) >= 4 and all("fault: refused; again 0.9 s later: refused" in n for n in notes)
+    assert len(notes) >= 4 and all("fault: refused; again 1.8 s later: refused" in n for n in notes)
 
 
 @pytest.mark.xdist_group("pg-drop")
