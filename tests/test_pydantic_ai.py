@@ -238,6 +238,31 @@ def test_run_stream_and_iter_are_journaled_as_run_is(tmp_path: Path) -> None:
     ledger.close()
 
 
+def test_a_streamed_run_that_ends_on_a_deferred_call_keeps_its_other_calls_records(tmp_path: Path) -> None:
+    """``run_stream`` runs the calls of a response that ends the run (here the refund waits for approval, the email
+    beside it runs) before that response joins the run's history: the ledger keys them by the run's latest
+    response all the same, so the same run again replays the email (found by the crash matrix's ``stream`` mode:
+    it was run again, its record never found)."""
+    from pytest_replaysafe.run.effects import Effects
+    from tenxgraph.utils.sync import run_sync
+
+    effects_db = tmp_path / "effects.db"
+    ledger = SqliteCheckpointer(tmp_path / "ledger.db")
+    agent = support.build_agent(Effects(effects_db), ledger, approval=True)
+
+    async def streamed() -> tuple[object, list[Any]]:
+        async with agent.run_stream(PROMPT, run_id="r1") as run:
+            async for _ in run.stream_output(debounce_by=None):
+                pass
+            return await run.get_output(), list(run.all_messages())
+
+    first, second = run_sync(streamed()), run_sync(streamed())
+    assert [call.tool_name for call in first[0].approvals] == ["refund"]  # type: ignore[attr-defined]
+    assert kinds(effects_db) == Counter({"email": 1})
+    assert second[1][-1].parts[0].content == first[1][-1].parts[0].content  # (the email's recorded result)
+    ledger.close()
+
+
 def test_an_mcp_toolsets_calls_go_through_the_ledger_with_the_key_in_meta(tmp_path: Path) -> None:
     """Pydantic AI's own ``MCPToolset`` over our ticket server (a real MCP server, a process of its own): the call
     is recorded (the same run again opens no second ticket), the server got the call's idempotency key in

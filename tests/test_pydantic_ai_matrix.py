@@ -45,7 +45,16 @@ MUTANTS: dict[str, tuple[str, str]] = {
         "b._payload = p\n",
         "was answered with a value its body never returned",
     ),
+    # the answers are not recorded: the refund runs on an approval the ledger never kept (the example's approved
+    # refund, at the pause and after the refund's record)
+    "decisions_not_recorded": (
+        RUN_MUTANTS["decisions_not_recorded"][0],
+        "ran although its approval was never recorded",
+    ),
 }
+#: The cells a mutant's matrix runs, where not the durable agent's (-k durable).
+SELECTS = {"decisions_not_recorded": ["-k", "approved_refund and not bare",
+                                      "--crash-points=approval.after_pause,tool.after_record"]}  # fmt: skip
 
 
 def run_matrix(workdir: Path, mutant: str | None) -> dict[str, object]:
@@ -54,7 +63,7 @@ def run_matrix(workdir: Path, mutant: str | None) -> dict[str, object]:
     report = workdir / f"{mutant or 'control'}.json"
     args = ["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--crash-matrix", "--crash-backends=sqlite",
             "--crash-modes=inprocess", "--crash-seed=1", f"--crash-report={report}", "--crash-progress=off",
-            "-k", "durable", str(ROOT / "examples" / "pydantic_ai_support")]  # fmt: skip
+            *SELECTS.get(mutant or "", ["-k", "durable"]), str(ROOT / "examples" / "pydantic_ai_support")]  # fmt: skip
     code = f"{patch}import pytest, sys\nsys.exit(pytest.main({args!r}))\n"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,

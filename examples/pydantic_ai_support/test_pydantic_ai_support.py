@@ -15,7 +15,7 @@ pytest.importorskip(
 )
 
 from examples.pydantic_ai_support.agent import FINAL, build_agent
-from pytest_replaysafe import CrashRun, Effects, ReplaySafetyViolation
+from pytest_replaysafe import Approvals, CrashRun, Effects, ReplaySafetyViolation
 
 PROMPT = {"user_prompt": "Please refund order A-1042."}
 KINDS = ("refund", "email", "receipt")
@@ -30,6 +30,22 @@ def test_durable_agent(crash_run: CrashRun, effects: Effects) -> None:
     agent = build_agent(effects, ledger=crash_run.checkpointer)
     result = crash_run.invoke(agent, PROMPT)
     assert result.final_text == FINAL
+    sent = {kind: effects.count(kind, thread_id=crash_run.thread_id) for kind in KINDS}
+    refund = next(r for m in result.messages for r in m.tool_results if r.call_id == refund_call(result))
+    assert sent == {"refund": sent["refund"], "email": 1, "receipt": 1}
+    assert sent["refund"] == 1 if not refund.is_error else sent["refund"] <= 1
+
+
+@pytest.mark.crash_matrix(framework="pydantic_ai", backends="memory,sqlite,postgres")
+def test_approved_refund(crash_run: CrashRun, effects: Effects, approvals: Approvals) -> None:
+    """The refund waits for a person (``requires_approval=True``): the harness plays the person, who approves it,
+    through ``resume_once``. Killed and resumed at every point, the pause's too (the run came back paused; the
+    answer is recorded, the run that takes it has not begun), and with k processes resuming and answering at once
+    (``resumers``): the refund runs only after its approval was recorded, and each effect happens once."""
+    agent = build_agent(effects, ledger=crash_run.checkpointer, approval=True)
+    result = crash_run.invoke(agent, PROMPT)
+    assert result.final_text == FINAL
+    assert {interrupt.tool for interrupt in approvals.asked(crash_run.thread_id)} == {"refund"}
     sent = {kind: effects.count(kind, thread_id=crash_run.thread_id) for kind in KINDS}
     refund = next(r for m in result.messages for r in m.tool_results if r.call_id == refund_call(result))
     assert sent == {"refund": sent["refund"], "email": 1, "receipt": 1}
@@ -57,4 +73,22 @@ def test_bare_agent(crash_run: CrashRun, effects: Effects) -> None:
     """Pydantic AI alone: its user saves the run's messages after every step and, after a crash, runs the agent
     again on them. The response's calls all run again, finished ones included."""
     result = crash_run.invoke(build_agent(effects), PROMPT)
+    assert result.final_text == FINAL
+
+
+@pytest.mark.xfail(
+    raises=ReplaySafetyViolation,
+    strict=False,
+    reason="the before: a bare agent's approval is a plain value, taken again by the run that resumes the pause",
+)
+@pytest.mark.crash_matrix(
+    framework="pydantic_ai",
+    backends="sqlite",
+    points="tool.before_invoke,tool.in_flight,tool.after_return,approval.after_pause",
+)
+def test_bare_approved_refund(crash_run: CrashRun, effects: Effects, approvals: Approvals) -> None:
+    """Pydantic AI alone (pydantic/pydantic-ai#5536): the person's approval is passed to a new run as
+    ``deferred_tool_results``; a crash while that run refunds leaves the saved history paused, and the run that
+    resumes it is answered again, and refunds again."""
+    result = crash_run.invoke(build_agent(effects, approval=True), PROMPT)
     assert result.final_text == FINAL

@@ -13,7 +13,12 @@ A LangGraph app's pause (``asked`` with ``via="langgraph"``) is judged by ``answ
 sent (LangGraph's ``interrupt()`` ids name a task, not one question, so a written decision cannot be told
 apart by the harness): a call that waited for approval runs (as the harness's witness saw its body) only after
 the person's yes was sent, never after a no. Its siblings may run while it waits: LangGraph's ``ToolNode`` runs a
-message's calls together, and the ledger keeps theirs for the resume."""
+message's calls together, and the ledger keeps theirs for the resume.
+
+A Pydantic AI agent's pause (``via="pydantic_ai"``) is judged the same way (its run runs a response's other calls
+before it returns the deferred ones; resumed, it comes back with them and asks again), by the decision recorded in
+the ledger (``decided``) on the durable agent, by the answer sent (``answered``) on a bare one, which records
+none."""
 
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ from pytest_replaysafe.judge.evidence import Entry, fingerprint
 APPROVED = fingerprint(True)
 #: A body began: the runtime said so (``start``) or the harness's witness saw it from inside (``body``).
 RAN = ("start", "body")
+#: The frameworks whose runs ask a pause again as they resume it, and run its siblings while it waits.
+ASKED_AGAIN = ("langgraph", "pydantic_ai")
 
 
 def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[str]:
@@ -31,7 +38,7 @@ def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[
     problems: list[str] = []
     decided: dict[str, tuple[int, Entry]] = {}  # interrupt id -> (position, first decided entry)
     about: dict[str, str] = {}  # interrupt id -> the call it asks about (harness identity)
-    langgraph: set[str] = set()  # those asked by a LangGraph app (its siblings run as it asks; no stand-in runs)
+    framework: dict[str, str] = {}  # those a framework asked (ASKED_AGAIN: its siblings run as it asks) -> it
     for n, e in enumerate(entries):
         if e.event == "answered":  # (a LangGraph pause: what the person said stands for its decision)
             decided.setdefault(e.id, (n, e))
@@ -40,7 +47,7 @@ def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[
             if first.fp != e.fp:
                 problems.append(f"interrupt {e.id} was decided twice: {first.out} and then {e.out}")
         elif e.event == "asked":
-            if e.id in decided and e.via != "langgraph":  # (LangGraph asks a task again as it resumes it)
+            if e.id in decided and e.via not in ASKED_AGAIN:  # (LangGraph asks a task again as it resumes it)
                 what = labels.get(e.call, e.call) if e.call else f"interrupt {e.id}"
                 problems.append(
                     f"{what} was asked for again after its decision ({decided[e.id][1].out}) was recorded: a "
@@ -48,28 +55,45 @@ def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[
                 )
             if e.cond == "approval" and e.call is not None:
                 about.setdefault(e.id, e.call)
-                if e.via == "langgraph":
-                    langgraph.add(e.id)
+                if e.via in ASKED_AGAIN:
+                    framework[e.id] = e.via
         elif e.event == "pause_problem" and e.out:
             problems.append(e.out)
     ran = [(n, e.hid) for n, e in enumerate(entries) if e.event in RAN]
     bodies = [(n, e.hid) for n, e in enumerate(entries) if e.event == "body"]  # (the witness's own view)
     for interrupt_id, call in about.items():
-        if interrupt_id not in langgraph:
+        if interrupt_id not in framework:
             problems += _batch_problems(call, decided.get(interrupt_id), ran, labels)
-        starts = [n for n, hid in (bodies if interrupt_id in langgraph else ran) if hid == call]
+        starts = [n for n, hid in (bodies if interrupt_id in framework else ran) if hid == call]
         if not starts:
             continue
         label = labels.get(call, call)
         decision = decided.get(interrupt_id)
-        given = "given" if interrupt_id in langgraph else "recorded"  # (LangGraph's: the answer sent)
+        sent = decision[1].event == "answered" if decision else framework.get(interrupt_id) == "langgraph"
+        given = "given" if sent else "recorded"  # (LangGraph's, a bare Pydantic AI agent's: the answer sent)
         if decision is None:
             problems.append(f"{label} ran although its approval was never {given}")
         elif decision[1].fp != APPROVED:
             problems.append(f"{label} ran although a person rejected it ({decision[1].out})")
         elif starts[0] < decision[0]:
             problems.append(f"{label} ran before its approval was {given}")
+        if framework.get(interrupt_id) == "pydantic_ai":
+            problems += _taken_again(label, [n for n, e in enumerate(entries) if e.event == "answered"
+                                             and e.id == interrupt_id], starts)  # fmt: skip
     return problems
+
+
+def _taken_again(label: str, answers: Sequence[int], starts: Sequence[int]) -> list[str]:
+    """A bare Pydantic AI agent's approval (*answers*: the positions of each answer sent to one pause; *starts*:
+    of the call's body): the call ran on more than one of them, a resumed run's answer taken again."""
+    taken = {max((a for a in answers if a < n), default=None) for n in starts} - {None}
+    if len(taken) < 2:
+        return []
+    return [
+        f"{label} ran on {len(taken)} answers to its one approval: the resumed run came back paused, its person "
+        "was asked again, and the answer was taken again (pydantic/pydantic-ai#5536; LedgerDurability records "
+        "an answer once, and resume_once hands a repeated one the run that took it)"
+    ]
 
 
 def _batch_problems(

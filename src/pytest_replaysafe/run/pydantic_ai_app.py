@@ -12,13 +12,15 @@ imported only when a test drives an agent.
 
 Every run is passed the harness's :class:`~.pydantic_ai_watch.CallWatch`; the bodies of the agent's function tools
 are witnessed (:func:`~.pydantic_ai_watch.witness_bodies`). In the ``resumers`` mode a resume is sent by k
-processes at once, then once more by the harness.
+processes at once, then once more by the harness. With the ``approvals`` fixture, a run that comes back paused
+(``DeferredToolRequests``) is answered as its user would answer it (:mod:`.pydantic_ai_pauses`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,46 +94,73 @@ class PydanticAIApp:
         at_once: AtOnce | None = None,
     ) -> RunResult[Any]:
         """Start the run (*input*), or resume the thread (None), as the agent's user would; *at_once*: the resume
-        is sent by many processes at once first (the ``resumers`` mode)."""
-        if approvals is not None:
-            raise pytest.UsageError(
-                "the approvals fixture does not answer a Pydantic AI agent's deferred tools in the crash matrix yet: "
-                "test them with tenxgraph.integrations.pydantic_ai.resume_once (tests/test_pydantic_ai.py)"
-            )
+        is sent by many processes at once first (the ``resumers`` mode). With *approvals*, a run that comes back
+        paused (``DeferredToolRequests``) is answered until it ends (:mod:`.pydantic_ai_pauses`)."""
+        from pytest_replaysafe.run.pydantic_ai_pauses import answer_deferred, is_paused
+
         resume = input is None
         if at_once is not None and resume:
             at_once(lambda: self._send(thread, resume, stream))
-        self._send(thread, resume, stream)
+        output = self._send(thread, resume, stream)
+        if approvals is not None:
+            answer_deferred(output, lambda: self._load(thread) or [], partial(self._answer, thread),
+                            (thread, self.durability is None), approvals, self.log, at_once)  # fmt: skip
+        elif is_paused(output):
+            raise pytest.UsageError(
+                "crash_run.invoke: the Pydantic AI agent's run paused for approval (DeferredToolRequests): request "
+                "the approvals fixture in the test, and the harness answers it as a person would"
+            )
         return self.result(thread)
 
-    def _send(self, thread: str, resume: bool, stream: bool) -> None:
+    def _kw(self, thread: str) -> dict[str, Any]:
         from pytest_replaysafe.run.pydantic_ai_watch import CallWatch
 
         watch = CallWatch(thread, self.log, self.durability)
+        return {"capabilities": [watch], **{k: v for k, v in self.input.items() if k == "deps"}}
+
+    def _send(self, thread: str, resume: bool, stream: bool) -> object:
+        """One run of the agent (the run, or its resume), its history saved: the run's output (None: a bare run
+        that had ended)."""
         conversation = thread.removeprefix(self.thread_prefix)
-        kw: dict[str, Any] = {"capabilities": [watch], **{k: v for k, v in self.input.items() if k == "deps"}}
+        kw = self._kw(thread)
         if self.durability is not None:  # the same run again, by its run_id: the journal and ledger replay it
             kw |= {"run_id": conversation, "conversation_id": conversation}
-            self._save(thread, run_sync(self._durable(self.input["user_prompt"], stream, kw)))
-            return
+            messages, output = run_sync(self._durable(self.input["user_prompt"], stream, kw))
+            self._save(thread, messages)
+            return output
         saved = self._load(thread) if resume else None  # the bare agent's user: its saved history, if any
         if saved and _finished(saved):
-            return  # (the run had ended: its last response answered without asking for a tool)
+            return None  # (the run had ended: its last response answered without asking for a tool)
         prompt = None if saved else self.input["user_prompt"]
-        run_sync(self._stepped(thread, prompt, saved, stream, kw))
+        return run_sync(self._stepped(thread, prompt, saved, stream, kw))
 
-    async def _durable(self, prompt: Any, stream: bool, kw: dict[str, Any]) -> list[Any]:
-        """The durable agent's run (``run``, or ``run_stream`` read to its end): its messages. (On the loop of
-        tenxgraph's sync wrappers, which a forked child makes anew: Pydantic AI's ``run_sync`` would not.)"""
+    def _answer(self, thread: str, results: Any, history: list[Any]) -> object:
+        """The paused run (its *history*) answered (*results*: ``DeferredToolResults``), as Pydantic AI's docs
+        do: through ``aresume_once`` on the durable agent, a run given them on the bare one. Its output."""
+        from tenxgraph.integrations.pydantic_ai import aresume_once
+
+        kw = self._kw(thread)
+        if self.durability is None:
+            return run_sync(self._stepped(thread, None, history, False, {**kw, "deferred_tool_results": results}))
+        result = run_sync(aresume_once(self.agent, results, message_history=history, **kw))
+        self._save(thread, list(result.all_messages()))
+        return result.output
+
+    async def _durable(self, prompt: Any, stream: bool, kw: dict[str, Any]) -> tuple[list[Any], object]:
+        """The durable agent's run (``run``, or ``run_stream`` read to its end): its messages and output. (On the
+        loop of tenxgraph's sync wrappers, which a forked child makes anew: Pydantic AI's ``run_sync`` would
+        not.)"""
         if not stream:
-            return list((await self.agent.run(prompt, **kw)).all_messages())
+            result = await self.agent.run(prompt, **kw)
+            return list(result.all_messages()), result.output
         async with self.agent.run_stream(prompt, **kw) as run:
             async for _ in run.stream_output(debounce_by=None):
                 pass
-            return list(run.all_messages())
+            return list(run.all_messages()), await run.get_output()
 
-    async def _stepped(self, thread: str, prompt: Any, saved: list[Any] | None, stream: bool, kw: Any) -> None:
-        """A bare agent's run, its history saved after every step (a new response: between the two points)."""
+    async def _stepped(self, thread: str, prompt: Any, saved: list[Any] | None, stream: bool, kw: Any) -> object:
+        """A bare agent's run, its history saved after every step (a new response: between the two points): its
+        output."""
         from pydantic_ai import Agent
 
         async with self.agent.iter(prompt, message_history=saved, **kw) as run:
@@ -150,6 +179,7 @@ class PydanticAIApp:
                 self._save(thread, messages)
                 if answered:
                     crash_point("pydantic_ai.after_model_record")
+            return run.result.output if run.result is not None else None
 
     # -- the stored conversation ----------------------------------------------------------------------------------
     def _path(self, thread: str) -> Path:

@@ -59,10 +59,13 @@ class Calling:
 _calling: ContextVar[Calling | None] = ContextVar("replaysafe_pydantic_ai_call", default=None)
 
 
-def asking(messages: Sequence[ModelMessage], call_id: str | None) -> tuple[int, int] | None:
-    """The place of the latest response in *messages* that asked for *call_id*, and the call's index in it."""
-    for position in range(len(messages) - 1, -1, -1):
-        response = messages[position]
+def asking(
+    messages: Sequence[ModelMessage], call_id: str | None, latest: ModelResponse | None = None
+) -> tuple[int, int] | None:
+    """The place of the latest response in *messages* that asked for *call_id*, and the call's index in it; or
+    *latest* (the run's last response, as the watch saw it) at the end of *messages*: ``run_stream`` runs the
+    calls of a response that ends the run before that response joins the history."""
+    for position, response in [*reversed([*enumerate(messages)]), (len(messages), latest)]:
         if isinstance(response, ModelResponse):
             calls = [p for p in response.parts if isinstance(p, ToolCallPart)]
             for index, part in enumerate(calls):
@@ -91,11 +94,16 @@ class CallWatch(AbstractCapability[Any]):
     thread: str
     log: ExecutionLog
     durability: Any = None
+    latest: ModelResponse | None = None  # the run's last model response, as this watch saw it
+
+    async def after_model_request(self, ctx: Any, *, request_context: Any, response: ModelResponse) -> ModelResponse:
+        self.latest = response
+        return response
 
     async def wrap_tool_execute(
         self, ctx: Any, *, call: ToolCallPart, tool_def: Any, args: Any, handler: Callable[[Any], Any]
     ) -> Any:
-        found = asking(ctx.messages, call.tool_call_id)
+        found = asking(ctx.messages, call.tool_call_id, self.latest)
         if found is None:  # a tool called outside the agent's loop: not a call the model asked for
             return await handler(args)
         position, index = found

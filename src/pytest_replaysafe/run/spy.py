@@ -68,8 +68,9 @@ class RecordingCheckpointer(DelegatingCheckpointer):
         if records and all(r.get("kind") == "decision" for _, r in records):
             written = await self.inner.aput_tool_results(thread_id, records)
             for (key, record), outcome in zip(records, written, strict=True):
-                value, first = record.get("value"), None if outcome is True else "not_first"
-                about = str(record.get("interrupt") or key)  # (a LangGraph step's answer names no interrupt)
+                value, first = _decision(record.get("value")), None if outcome is True else "not_first"
+                # (a LangGraph step's answer names no interrupt; a Pydantic AI answer names its call)
+                about = str(record.get("interrupt") or record.get("call") or key)
                 decided = Entry(thread_id, about, "decided", fp=fingerprint(value), cond=first)
                 self.log.write(replace(decided, out=preview(value)))
             return written
@@ -121,3 +122,12 @@ def _record_entry(thread_id: str, key: str, record: dict[str, JSON], group: int 
     ufp = fingerprint(update) if update is not None else None
     fp = fingerprint(record.get("output"))
     return Entry(thread_id, key, "record", tool, fp, ufp, group, bool(record.get("is_error")))
+
+
+def _decision(value: JSON) -> JSON:
+    """A recorded decision as the verdict compares it: Pydantic AI's plain approval (``ToolApproved()``, stored
+    as its JSON form) is a yes, ``True``; any other value as it is (a denial, an approval that changes the
+    arguments)."""
+    if isinstance(value, dict) and value.get("kind") == "tool-approved" and value.get("override_args") is None:
+        return True
+    return value

@@ -84,18 +84,17 @@ _HANDLER = "tenxgraph.core.graph.utils.invoke_node_handler"
 _TRANSACTIONAL = ("tenxgraph.core.graph.utils.transactional",)
 _LANGGRAPH = "pytest_replaysafe.run.langgraph_watch"  # the watcher of a bare ToolNode's calls
 _PYDANTIC_AI_WATCH = "pytest_replaysafe.run.pydantic_ai_watch"  # the watcher of a bare Pydantic AI agent's calls
+_WATCHES = (_LANGGRAPH, _PYDANTIC_AI_WATCH)
+_COMPILED = "tenxgraph.core.graph.compiled"
 _LANGGRAPH_HARNESS = "pytest_replaysafe.run.langgraph_app"  # the harness's saver (its own point)
 _LANGGRAPH_SAVER = "tenxgraph.integrations.langgraph.saver"  # CrashPointSaver, around a LangGraph saver
 _PYDANTIC_AI = "tenxgraph.integrations.pydantic_ai.backend"  # LedgerDurability's journal of model responses
 _PYDANTIC_AI_HARNESS = ("pytest_replaysafe.run.pydantic_ai_app",)  # a bare agent's history, saved by the harness
+#: A Pydantic AI run came back paused (DeferredToolRequests) to the harness, which plays its caller.
+_PYDANTIC_AI_PAUSES = ("pytest_replaysafe.run.pydantic_ai_pauses",)
 #: Every built-in point, in the order the points fire in a run.
 POINTS: tuple[CrashPoint, ...] = (
-    CrashPoint(
-        "run.before_node",
-        "crash",
-        "the current node is recorded; the node has not started",
-        "tenxgraph.core.graph.compiled",
-    ),
+    CrashPoint("run.before_node", "crash", "the current node is recorded; the node has not started", _COMPILED),
     CrashPoint(
         "model.mid_stream",
         "crash",
@@ -104,13 +103,7 @@ POINTS: tuple[CrashPoint, ...] = (
     ),
     CrashPoint("tool.before_ledger_read", "crash", "tool node started; the ledger has not been read yet", _HANDLER),
     CrashPoint("ledger.read_error", "fault", "the batched ledger read fails (fault point)", _HANDLER),
-    CrashPoint(
-        "tool.before_invoke",
-        "crash",
-        "ledger miss; the tool is about to run",
-        _HANDLER,
-        (_LANGGRAPH, _PYDANTIC_AI_WATCH),
-    ),
+    CrashPoint("tool.before_invoke", "crash", "ledger miss; the tool is about to run", _HANDLER, _WATCHES),
     CrashPoint(
         "tool.in_flight",
         "crash",
@@ -123,7 +116,7 @@ POINTS: tuple[CrashPoint, ...] = (
         "crash",
         "the tool returned; its record is not written yet",
         _HANDLER,
-        (*_TRANSACTIONAL, _LANGGRAPH, _PYDANTIC_AI_WATCH),
+        (*_TRANSACTIONAL, *_WATCHES),
     ),
     CrashPoint(
         "ledger.write_error", "fault", "writing the ledger record fails (fault point)", _HANDLER, _TRANSACTIONAL
@@ -131,27 +124,27 @@ POINTS: tuple[CrashPoint, ...] = (
     CrashPoint(
         "tool.after_record", "crash", "the record is written; the node has not completed", _HANDLER, _TRANSACTIONAL
     ),
-    CrashPoint(
-        "node.after_complete", "crash", "the node finished; the run has not advanced", "tenxgraph.core.graph.compiled"
-    ),
+    CrashPoint("node.after_complete", "crash", "the node finished; the run has not advanced", _COMPILED),
     CrashPoint(
         "run.after_advance",
         "crash",
         "the node's output and the next node are persisted",
-        "tenxgraph.core.graph.compiled",
+        _COMPILED,
     ),
     # Pauses for a person (approvals, interrupt()): the approved call itself goes through the tool points above.
     CrashPoint(
         "approval.after_pause",
         "crash",
         "the run paused for a person: its interrupts are stored (status interrupted); the caller has no answer yet",
-        "tenxgraph.core.graph.compiled",
+        _COMPILED,
+        _PYDANTIC_AI_PAUSES,
     ),
     CrashPoint(
         "approval.after_decision",
         "crash",
         "a Resume's decisions are recorded in the ledger; the run has not gone on",
         "tenxgraph.core.graph.pauses",
+        ("tenxgraph.integrations.pydantic_ai.answering",),
     ),
     # A LangGraph app: its saver's writes (fired by the public saver wrapper the harness compiles apps with).
     CrashPoint(
@@ -208,8 +201,9 @@ LANGGRAPH_POINTS = (
     "langgraph.late_put_writes",
 )
 #: The points of a Pydantic AI agent (``@pytest.mark.crash_matrix(framework="pydantic_ai")``): its model's
-#: responses, and those around each tool call (``LedgerDurability`` reaches all of them; the harness's watch of a
-#: bare agent's calls fires ``tool.before_invoke`` and ``tool.after_return``).
+#: responses, those around each tool call (``LedgerDurability`` reaches all of them; the harness's watch of a
+#: bare agent's calls fires ``tool.before_invoke`` and ``tool.after_return``), and, where a test has the
+#: ``approvals`` fixture, its pauses (``resume_once`` records an answer before the run that takes it).
 PYDANTIC_AI_POINTS = (
     "pydantic_ai.after_model_response",
     "pydantic_ai.after_model_record",
@@ -217,6 +211,7 @@ PYDANTIC_AI_POINTS = (
     "tool.in_flight",
     "tool.after_return",
     "tool.after_record",
+    *APPROVAL_POINTS,
 )
 
 

@@ -29,7 +29,7 @@ from pydantic_core import to_jsonable_python
 from tenxgraph.integrations.pydantic_ai.backend import thread_of
 from tenxgraph.integrations.pydantic_ai.durability import LedgerDurability
 from tenxgraph.integrations.pydantic_ai.home_loop import HomeLoopLedger
-from tenxgraph.ledger import LedgerStore
+from tenxgraph.ledger import LedgerStore, probe
 from tenxgraph.state.messages import JSON
 from tenxgraph.utils.errors import ConfigError, InterruptDecidedError
 from tenxgraph.utils.sync import run_sync
@@ -108,6 +108,7 @@ async def _settle(
         record = found.get(decision_key(call_id))
         if record is not None and record.get("value") != value:
             raise InterruptDecidedError(thread, call_id, record.get("value"), value)
+    probe.point("approval.after_decision")  # (the answers are recorded; the run that takes them has not begun)
     taken = [found[key].get("run_id") for key, _ in records if key in found]
     return str(taken[0]) if taken and taken[0] else run  # (answered before: that run goes on, or replays)
 

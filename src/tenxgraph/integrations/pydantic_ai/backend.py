@@ -111,6 +111,9 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
         self.tool_timeout = tool_timeout
         self.policy_of = policy_of
         self.groups = groups
+        #: Each run's latest model response (by ``run_id``): a streamed run that ends on it runs its calls before
+        #: it joins the run's history (see :func:`_asking`).
+        self.latest: dict[str, ModelResponse] = {}
 
     async def execute(
         self,
@@ -151,7 +154,7 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
     async def _tool_call(self, body: Body, params: ToolsetCallToolParams) -> object:
         context = params.ctx
         thread = thread_of(self.agent_name, conversation_of(context))
-        found = _asking(context.messages, context.tool_call_id)
+        found = _asking(context.messages, context.tool_call_id, self.latest.get(run_id_of(context)))
         if found is None:
             log.warning(
                 "tool call %r (%r) of run %r runs without replay protection: no response in the run's history "
@@ -187,8 +190,12 @@ def conversation_of(context: RunContext[Any]) -> str:
     return context.conversation_id
 
 
-def _asking(messages: Sequence[ModelMessage], call_id: str | None) -> tuple[ModelResponse, int, int] | None:
-    """The latest response that asked for *call_id*, its place in the history and the call's index in it."""
+def _asking(
+    messages: Sequence[ModelMessage], call_id: str | None, latest: ModelResponse | None = None
+) -> tuple[ModelResponse, int, int] | None:
+    """The latest response that asked for *call_id*, its place in the history and the call's index in it. Or
+    *latest*, the run's last response, at the end of the history it is not in yet: ``run_stream`` runs the
+    calls of a response that ends the run (a deferred call beside others) before it appends the response."""
     for position in range(len(messages) - 1, -1, -1):
         response = messages[position]
         if isinstance(response, ModelResponse):
@@ -196,7 +203,9 @@ def _asking(messages: Sequence[ModelMessage], call_id: str | None) -> tuple[Mode
             for index, part in enumerate(calls):
                 if part.tool_call_id == call_id:
                     return response, position, index
-    return None
+    calls = [part for part in latest.parts if isinstance(part, ToolCallPart)] if latest is not None else []
+    at = next((i for i, part in enumerate(calls) if part.tool_call_id == call_id), None)
+    return (latest, len(messages), at) if latest is not None and at is not None else None
 
 
 def _as_message(response: ModelResponse, position: int) -> Message:

@@ -23,11 +23,18 @@ from pydantic_ai.durable_exec import (
     RoleBasedOperationConfig,
     conversation_id_from_run_id,
 )
-from pydantic_ai.models import Model
+from pydantic_ai.messages import ModelResponse
+from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from tenxgraph.integrations.pydantic_ai.backend import LedgerBackend, ToolPolicy, conversation_of, thread_of
+from tenxgraph.integrations.pydantic_ai.backend import (
+    LedgerBackend,
+    ToolPolicy,
+    conversation_of,
+    run_id_of,
+    thread_of,
+)
 from tenxgraph.integrations.pydantic_ai.home_loop import HomeLoopLedger
 from tenxgraph.ledger import (
     CallGroups,
@@ -118,9 +125,24 @@ class LedgerDurability(BaseDurabilityCapability[AgentDepsT]):
         thread = thread_of(self.name, conversation_of(ctx))
         store = self._home if hasattr(self.ledger, "arun_lock") else self.ledger  # (none: waiting_lock warns)
         async with waiting_lock(store, thread, thread, self.lock_wait, "one Pydantic AI conversation"):
-            return await super().wrap_run(ctx, handler=handler)
+            try:
+                return await super().wrap_run(ctx, handler=handler)
+            finally:
+                self._ledger_backend().latest.pop(run_id_of(ctx), None)
+
+    async def after_model_request(
+        self, ctx: RunContext[AgentDepsT], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        """Each model response (journaled, or replayed from the journal), kept as the run's latest: the calls of
+        a streamed response that ends the run run before it joins the run's history."""
+        response = await super().after_model_request(ctx, request_context=request_context, response=response)
+        self._ledger_backend().latest[run_id_of(ctx)] = response
+        return response
 
     def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
+        return self._ledger_backend()
+
+    def _ledger_backend(self) -> LedgerBackend:
         if self._backend is None or self._backend.agent_name != self.name:
             none: RoleBasedOperationConfig[None] = RoleBasedOperationConfig(
                 model=None, event=None, capability=None, tool=None
