@@ -263,6 +263,44 @@ def test_a_streamed_run_that_ends_on_a_deferred_call_keeps_its_other_calls_recor
     ledger.close()
 
 
+def test_a_harness_completion_order_takes_only_the_calls_pydantic_ai_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under a test harness's completion order, a step's calls take turns among those Pydantic AI runs in it: a
+    call deferred for its approval, or skipped on resume, never comes in, and its siblings must not wait for it
+    (they did: 5 s each, the order given up with a WARNING, a crash-matrix cell 45 s instead of 0.6 s)."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    from tenxgraph.core.graph.utils.instrument import set_completion_order
+    from tenxgraph.integrations.pydantic_ai import resume_once
+
+    asked: list[list[int]] = []
+
+    def backwards(calls: list[Any]) -> list[int]:
+        asked.append([call.index for call in calls])
+        return [call.index for call in reversed(calls)]
+
+    ledger = SqliteCheckpointer(tmp_path / "ledger.db")
+    remove = set_completion_order(backwards)
+    try:
+        plain = support.build_agent(LocalProvider(), ledger=ledger)
+        assert plain.run_sync(PROMPT, run_id="plain").output == support.FINAL
+        assert asked == [[0, 1]]  # (the refund and the email, together; the receipt alone takes no turn)
+        provider = LocalProvider()
+        agent = support.build_agent(provider, ledger=ledger, approval=True)
+        paused = agent.run_sync(PROMPT, run_id="asks")
+        assert isinstance(paused.output, DeferredToolRequests)
+        approval = DeferredToolResults(approvals={paused.output.approvals[0].tool_call_id: True})
+        done = resume_once(agent, approval, message_history=paused.all_messages())
+        assert done.output == support.FINAL
+    finally:
+        remove()
+        ledger.close()
+    assert asked == [[0, 1]]  # (the email ran alone, then the refund alone: neither waited for the other)
+    assert Counter(kind for kind, _ in provider.effects) == Counter({"refund": 1, "email": 1, "receipt": 1})
+    assert "completion order of a batch was not kept" not in caplog.text
+
+
 def test_an_mcp_toolsets_calls_go_through_the_ledger_with_the_key_in_meta(tmp_path: Path) -> None:
     """Pydantic AI's own ``MCPToolset`` over our ticket server (a real MCP server, a process of its own): the call
     is recorded (the same run again opens no second ticket), the server got the call's idempotency key in

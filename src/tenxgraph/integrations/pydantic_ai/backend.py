@@ -114,6 +114,9 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
         #: Each run's latest model response (by ``run_id``): a streamed run that ends on it runs its calls before
         #: it joins the run's history (see :func:`_asking`).
         self.latest: dict[str, ModelResponse] = {}
+        #: The calls each step of a run runs (by ``run_id`` and step; see :meth:`LedgerDurability.after_tool_validate`):
+        #: validated all before any runs, without the siblings it skips, defers or denies. None: one runs alone.
+        self.coming: dict[tuple[str, int], list[str] | None] = {}
 
     async def execute(
         self,
@@ -168,7 +171,8 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
         policy = self.policy_of(params.name, metadata)
         raised: list[Exception] = []
         tool = _ledger_tool(params.name, params.tool_args, body, policy, raised)
-        group = self.groups.join(self.ledger, thread, message, response)
+        coming = self.coming.get((run_id_of(context), context.run_step), [])
+        group = self.groups.join(self.ledger, thread, message, response, coming=coming or ())
         try:
             execution = await invoke_tool_call(
                 message, index, {tool.name: tool}, self.ledger, thread, tool_timeout=self.tool_timeout, group=group

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_ai.capabilities.abstract import WrapRunHandler
+from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapRunHandler
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
@@ -23,10 +23,10 @@ from pydantic_ai.durable_exec import (
     RoleBasedOperationConfig,
     conversation_id_from_run_id,
 )
-from pydantic_ai.messages import ModelResponse
+from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.run import AgentRunResult
-from pydantic_ai.tools import AgentDepsT, RunContext
+from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 
 from tenxgraph.integrations.pydantic_ai.backend import (
     LedgerBackend,
@@ -128,7 +128,10 @@ class LedgerDurability(BaseDurabilityCapability[AgentDepsT]):
             try:
                 return await super().wrap_run(ctx, handler=handler)
             finally:
-                self._ledger_backend().latest.pop(run_id_of(ctx), None)
+                backend = self._ledger_backend()
+                backend.latest.pop(run_id_of(ctx), None)
+                for step in [key for key in backend.coming if key[0] == run_id_of(ctx)]:
+                    del backend.coming[step]
 
     async def after_model_request(
         self, ctx: RunContext[AgentDepsT], *, request_context: ModelRequestContext, response: ModelResponse
@@ -138,6 +141,28 @@ class LedgerDurability(BaseDurabilityCapability[AgentDepsT]):
         response = await super().after_model_request(ctx, request_context=request_context, response=response)
         self._ledger_backend().latest[run_id_of(ctx)] = response
         return response
+
+    async def after_tool_validate(
+        self, ctx: RunContext[AgentDepsT], *, call: ToolCallPart, tool_def: ToolDefinition, args: ValidatedToolArgs
+    ) -> ValidatedToolArgs:
+        """Each call the step runs (Pydantic AI validates them all before it runs any; a call it defers for an
+        approval not given, or skips, does not run): under a test harness's completion order, the siblings that
+        take turns. A tool that runs alone (``sequential``) runs after its siblings: no order for the step."""
+        args = await super().after_tool_validate(ctx, call=call, tool_def=tool_def, args=args)
+        if tool_def.defer and not ctx.tool_call_approved:
+            return args
+        coming = self._ledger_backend().coming
+        key = (run_id_of(ctx), ctx.run_step)
+        manager = ctx.tool_manager
+        alone = manager is not None and (
+            manager.get_parallel_execution_mode() == "sequential" or manager.is_sequential(call)
+        )
+        step = coming.setdefault(key, [])
+        if alone or step is None:
+            coming[key] = None
+        else:
+            step.append(call.tool_call_id)
+        return args
 
     def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
         return self._ledger_backend()

@@ -17,6 +17,7 @@ import asyncio
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Collection
 
 from tenxgraph.core.graph.utils.instrument import BatchTurns, HandedOverTurns
 from tenxgraph.core.graph.utils.probe import probe
@@ -75,10 +76,19 @@ class CallGroups:
         self._recent: OrderedDict[Key, tuple[CallGroup, object]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def join(self, ledger: LedgerStore, thread_id: str, message: Message, execution: object | None = None) -> CallGroup:
+    def join(
+        self,
+        ledger: LedgerStore,
+        thread_id: str,
+        message: Message,
+        execution: object | None = None,
+        coming: Collection[str] | None = None,
+    ) -> CallGroup:
         """The group of *message*'s calls on this event loop (made by its first call, over *ledger*). *execution*:
         an object that is the same for the calls of one execution of the step and new for every other (LangGraph's
-        task scratchpad); given, the calls share one ledger read (:attr:`CallGroup.reads`)."""
+        task scratchpad); given, the calls share one ledger read (:attr:`CallGroup.reads`). *coming*: the ids of
+        the calls the framework hands over in this execution, if it says (a harness's completion order is then
+        kept among those alone: a sibling it skips, defers or runs later never comes in to take its turn)."""
         key = (id(asyncio.get_running_loop()), thread_id, message.message_id, id(execution))
         ordered = probe.ordered()  # (a test harness orders the siblings' returns)
         with self._lock:
@@ -91,6 +101,7 @@ class CallGroups:
                     calls = [
                         ToolCallInfo(thread_id, message.message_id, c.id, c.name, i, None)
                         for i, c in enumerate(message.tool_calls)
+                        if coming is None or c.id in coming
                     ]
                     turns = probe.turns(calls, patience=TURN_PATIENCE_S)
                 reads = SharedRead() if execution is not None else None
