@@ -301,6 +301,24 @@ def test_a_harness_completion_order_takes_only_the_calls_pydantic_ai_runs(
     assert "completion order of a batch was not kept" not in caplog.text
 
 
+def test_a_run_resumed_with_another_prompt_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """A run's journal holds the model turns of the prompt it was started with: the same ``run_id`` given another
+    prompt is refused, naming the run and the fix, before the model is asked or a tool runs (it was answered with
+    the first prompt's turns); the same prompt again resumes it, and a new run_id is a new run."""
+    provider = LocalProvider()
+    ledger = SqliteCheckpointer(tmp_path / "ledger.db")
+    agent = support.build_agent(provider, ledger=ledger)
+    assert agent.run_sync(PROMPT, run_id="r1").output == support.FINAL
+    support.ASKED.clear()
+    with pytest.raises(ConfigError, match=r"run 'r1' was started with another user prompt .*another run_id"):
+        agent.run_sync("Refund order A-2077 instead", run_id="r1")
+    assert support.ASKED == [] and len(provider.effects) == 3
+    assert agent.run_sync(PROMPT, run_id="r1").output == support.FINAL
+    assert agent.run_sync("Refund order A-2077 instead", run_id="r2").output == support.FINAL
+    assert len(provider.effects) == 6
+    ledger.close()
+
+
 def test_an_mcp_toolsets_calls_go_through_the_ledger_with_the_key_in_meta(tmp_path: Path) -> None:
     """Pydantic AI's own ``MCPToolset`` over our ticket server (a real MCP server, a process of its own): the call
     is recorded (the same run again opens no second ticket), the server got the call's idempotency key in

@@ -9,7 +9,8 @@ run that starts one): every run of a conversation, a resume or the answer to a d
   ``model-response:{run_id}:{s}:{n}`` (*s*: the run's step, Pydantic AI's ``run_step``; *n*: how many messages the
   request carries; the same on every replay of the run). Recorded: the response is answered from the record and
   the model is not asked. First write wins: two processes resuming one run go on with the response recorded
-  first.
+  first. The record keeps a digest of the run's user prompt: a resume that gives another is refused
+  (``ConfigError``), not answered with the first prompt's turns.
 - A **tool call** (function and MCP toolsets) goes through the ledger's public entry
   (:func:`tenxgraph.ledger.invoke_tool_call`), keyed by the response that asked for it (``response:{p}``, its
   place in the conversation's history) and the call's ``tool_call_id``. The tool's encoded result (Pydantic AI's
@@ -23,6 +24,7 @@ run that starts one): every run of a conversation, a resume or the answer to a d
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ from tenxgraph.ledger import (
 )
 from tenxgraph.state.messages import JSON, Message, ToolCallBlock
 from tenxgraph.utils.constants import LOGGER_NAME
+from tenxgraph.utils.errors import ConfigError
 
 __all__ = [
     "LedgerBackend",
@@ -141,17 +144,18 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
     # -- model requests --------------------------------------------------------------------------------------
     async def _journaled(self, body: Body, context: RunContext[Any], key: str) -> object:
         thread = thread_of(self.agent_name, conversation_of(context))
+        prompt = prompt_fingerprint(context.prompt)
         found = (await self.ledger.aget_tool_results(thread, [key])).get(key)
         if found is not None:
-            return found["payload"]
+            return _same_prompt(found, prompt, context)["payload"]
         payload = await body()
         probe.point("pydantic_ai.after_model_response")
-        record: dict[str, JSON] = {"v": 1, "kind": "model_response", "payload": payload}
+        record: dict[str, JSON] = {"v": 1, "kind": "model_response", "payload": payload, "prompt": prompt}
         if await self.ledger.aput_tool_result(thread, key, record):
             probe.point("pydantic_ai.after_model_record")
             return payload
         winner = (await self.ledger.aget_tool_results(thread, [key]))[key]  # (another resumer recorded first)
-        return winner["payload"]
+        return _same_prompt(winner, prompt, context)["payload"]
 
     # -- tool calls ------------------------------------------------------------------------------------------
     async def _tool_call(self, body: Body, params: ToolsetCallToolParams) -> object:
@@ -180,6 +184,27 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
         finally:
             self.groups.passed(group)
         return await _payload(execution, raised)
+
+
+def prompt_fingerprint(prompt: object) -> str | None:
+    """What a run's journal keeps of its user prompt (a digest; None: the run was given none, as a run that
+    answers deferred calls on a message history is)."""
+    if prompt is None:
+        return None
+    text = prompt if isinstance(prompt, str) else repr(prompt)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _same_prompt(record: dict[str, Any], prompt: str | None, context: RunContext[Any]) -> dict[str, Any]:
+    """A journaled turn, answered only to the run it was recorded for: a resume that gives another prompt than
+    the run was started with would get the first prompt's turns."""
+    if "prompt" in record and record["prompt"] != prompt:  # (one journaled without it: taken)
+        raise ConfigError(
+            f"Pydantic AI run {context.run_id!r} was started with another user prompt than this one "
+            f"({context.prompt!r}), and its journal holds that run's model turns: resume a run with the prompt "
+            "it was started with, or start a new run with another run_id"
+        )
+    return record
 
 
 def run_id_of(context: RunContext[Any]) -> str:
