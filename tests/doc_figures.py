@@ -6,6 +6,7 @@ that command, on its JSON report (the LangGraph table: by tests/test_langgraph_g
     python tests/doc_figures.py langgraph langgraph-matrix.json          # check docs/langgraph.md's table
     python tests/doc_figures.py langgraph langgraph-matrix.json --table  # print the table from a report
     python tests/doc_figures.py approvals crash-matrix.json              # docs/approvals.md's table
+    python tests/doc_figures.py loop loop-matrix.json [--table]          # docs/plain-loop.md's table
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from tenxgraph.core.crashpoints import LANGGRAPH_POINTS
+from tenxgraph.core.crashpoints import LANGGRAPH_POINTS, LOOP_POINTS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "crash-matrix.md"
 #: The depth-2 closing line as the docs show it (the "possible" count may differ by a few between runs: how far a
@@ -160,7 +161,50 @@ def check_approvals(report: Path) -> list[str]:
     return problems + [f"{name}: {row[3]} failing cells" for name, row in now.items() if row[3]]
 
 
+LOOP_DOC = DOC.parent / "plain-loop.md"
+LOOP_ROW = re.compile(
+    r"^\| `(?P<point>[a-z_.]+)` \| (?P<cells>\d+ / \d+) \| (?P<bare>[^|]+) \| (?P<safe>[^|]+) \|$", re.M
+)
+
+
+def loop_rows(report: Path) -> dict[str, tuple[str, str, str]]:
+    """Per point, over the cells of examples/plain_loop: the cells of each loop (``bare / through the ledger``),
+    what the bare loop showed (violations; a loop with no ledger has no ledger step to crash at) and what the loop
+    through the ledger showed (violations)."""
+    cells = json.loads(report.read_text())["cells"]
+    rows = {}
+    for point in LOOP_POINTS:
+        bare = [c for c in cells if c["point"] == point and "test_bare_support_loop" in c["test"]]
+        safe = [c for c in cells if c["point"] == point and "::test_support_loop" in c["test"]]
+        safe = [c for c in safe if c["outcome"] != "not_applicable"]
+        shown = f"{sum(c['outcome'] == 'violation' for c in bare)} violations" if bare else "no ledger step to crash at"
+        rows[point] = (
+            f"{len(bare)} / {len(safe)}",
+            shown,
+            f"{sum(c['outcome'] == 'violation' for c in safe)} violations",
+        )
+    return rows
+
+
+def check_loop(report: Path) -> list[str]:
+    shown = {m["point"]: (m["cells"], m["bare"].strip(), m["safe"].strip()) for m in LOOP_ROW.finditer(
+        LOOP_DOC.read_text())}  # fmt: skip
+    problems = [f"{point}: the docs say {shown.get(point)}, the command gives {row}"
+                for point, row in loop_rows(report).items() if shown.get(point) != row]  # fmt: skip
+    return problems + [f"{point}: the loop through the ledger shows {row[2]}"
+                       for point, row in loop_rows(report).items() if row[2] != "0 violations"]  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[1] == "loop":
+        if argv[3:] == ["--table"]:
+            for point, row in loop_rows(Path(argv[2])).items():
+                print(f"| `{point}` | {' | '.join(row)} |")
+            return 0
+        problems = check_loop(Path(argv[2]))
+        for p in problems:
+            print(f"docs/plain-loop.md table is stale: {p}; re-run the command it gives and update it")
+        return 1 if problems else 0
     if len(argv) >= 3 and argv[1] == "approvals":
         if argv[3:] == ["--table"]:
             for name, row in approvals_rows(Path(argv[2])).items():

@@ -69,15 +69,21 @@ def _split(reached: Iterable[str], every: Sequence[str]) -> dict[str, list[str]]
 def summarize(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The coverage of a whole matrix (the JSON report's ``coverage``)."""
     from pytest_replaysafe.matrix.cells import LOCK_WINDOWS
-    from tenxgraph.core.crashpoints import APPROVAL_POINTS, LANGGRAPH_POINTS, PYDANTIC_AI_POINTS, list_crash_points
+    from tenxgraph.core.crashpoints import (
+        APPROVAL_POINTS,
+        LANGGRAPH_POINTS,
+        LOOP_POINTS,
+        PYDANTIC_AI_POINTS,
+        list_crash_points,
+    )
 
     ran = [c for c in cells if c.get("coverage")]
     # what could have been reached depends on what the cells ran: our runtime, a LangGraph app or a Pydantic AI
     # agent (their points, and no run-lock contest, server recovery or retention job), or several
     frameworks = {c["coverage"].get("framework", "tenxgraph") for c in ran} or {"tenxgraph"}
     ours = "tenxgraph" in frameworks
-    theirs = [points for name, points in (("langgraph", LANGGRAPH_POINTS), ("pydantic_ai", PYDANTIC_AI_POINTS))
-              if name in frameworks]  # fmt: skip
+    named = (("langgraph", LANGGRAPH_POINTS), ("pydantic_ai", PYDANTIC_AI_POINTS), ("loop", LOOP_POINTS))
+    theirs = [points for name, points in named if name in frameworks]
     points = [
         p.name
         for p in list_crash_points()

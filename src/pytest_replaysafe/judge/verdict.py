@@ -176,8 +176,7 @@ def result_problems(messages: Sequence[Message]) -> list[str]:
             got.update(str(r.call_id) for r in messages[i].tool_results)
             i += 1
         if asked != got:
-            lost = sorted((asked - got).elements())
-            extra = sorted((got - asked).elements())
+            lost, extra = sorted((asked - got).elements()), sorted((got - asked).elements())
             problems.append(f"assistant message {message.message_id}: lost results for {lost}, extra results {extra}")
     return problems
 
@@ -190,9 +189,12 @@ def _effect_problems(evidence: HitEvidence, ref: Reference, labels: Mapping[str,
     for (node, kind), n in sorted(_outside_effects(evidence.effects).items()):
         clean = ref.outside_effects.get((node, kind), 0)
         if n > clean:
+            fix = "make the effect a tool call, which the ledger protects"
+            if evidence.framework == "loop":  # (a plain loop's calls: docs/plain-loop.md)
+                fix = "run the loop's calls through tenxgraph.ledger.invoke_tool_calls (docs/plain-loop.md)"
             problems.append(
                 f"effect {kind!r} was applied {n} times by node {node!r} outside any tool (clean run: {clean}): "
-                "code outside tools is re-run on resume; make the effect a tool call, which the ledger protects"
+                f"code outside tools is re-run on resume; {fix}"
             )
     ikeys: dict[str, set[str]] = defaultdict(set)
     for e in evidence.effects:

@@ -317,25 +317,30 @@ def marker_kwargs(marker: Any) -> dict[str, Any]:
 
 
 #: What a marked test's app is built with: our runtime, LangGraph (``framework="langgraph"``: LangGraph's points,
-#: no run-lock contest or recovery cells, which are our runtime's) or Pydantic AI (``framework="pydantic_ai"``).
-FRAMEWORKS = ("tenxgraph", "langgraph", "pydantic_ai")
+#: no run-lock contest or recovery cells, which are our runtime's), Pydantic AI (``framework="pydantic_ai"``) or
+#: a plain loop its user wrote over a provider's SDK (``framework="loop"``, see docs/plain-loop.md).
+FRAMEWORKS = ("tenxgraph", "langgraph", "pydantic_ai", "loop")
 #: The modes a LangGraph app's cells run in (the others are our runtime's run lock and server). ``prune``: the
 #: ledger's retention job between the kill and the resume must keep a LangGraph thread's records (it has no row
 #: in our ``threads`` table: the job cannot see it finished). ``resumers``: k processes answer each pause at once.
 LANGGRAPH_MODES = ("inprocess", "sigkill", "stream", "prune", "resumers")
 #: The modes a Pydantic AI agent's cells run in. ``resumers``: k processes resume the crashed run at once.
 PYDANTIC_AI_MODES = ("inprocess", "sigkill", "stream", "resumers")
-_NAMES = {"langgraph": "a LangGraph app", "pydantic_ai": "a Pydantic AI agent"}
+#: The modes a plain loop's cells run in: a resume is the loop called again, in this process or another.
+LOOP_MODES = ("inprocess", "sigkill")
+_NAMES = {"langgraph": "a LangGraph app", "pydantic_ai": "a Pydantic AI agent", "loop": "a plain loop"}
 
 
 def framework_cells(framework: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The points and modes of another framework's app (None: our runtime's, every one)."""
-    from tenxgraph.core.crashpoints import LANGGRAPH_POINTS, PYDANTIC_AI_POINTS
+    from tenxgraph.core.crashpoints import LANGGRAPH_POINTS, LOOP_POINTS, PYDANTIC_AI_POINTS
 
     if framework == "langgraph":
         return LANGGRAPH_POINTS, LANGGRAPH_MODES
     if framework == "pydantic_ai":
         return PYDANTIC_AI_POINTS, PYDANTIC_AI_MODES
+    if framework == "loop":
+        return LOOP_POINTS, LOOP_MODES
     return None
 
 

@@ -30,12 +30,13 @@ from pytest_replaysafe.matrix.cells import MODE_POINTS, Backend, Cell, reach_hin
 from pytest_replaysafe.matrix.orders import Groups, Orders
 from pytest_replaysafe.matrix.schedules import DEPTH_MODES, Depth, Plan, Planner, SecondCrash
 from pytest_replaysafe.report import timeline
-from pytest_replaysafe.run import langgraph_app, pydantic_ai_app, witness
+from pytest_replaysafe.run import langgraph_app, loop_app, pydantic_ai_app, witness
 from pytest_replaysafe.run.approvals import Approvals, run_once
 from pytest_replaysafe.run.effects import Effects
 from pytest_replaysafe.run.faults import DEFAULT_FAULTS, FAULT_MODE_OBJECTS
 from pytest_replaysafe.run.hitrun import play
 from pytest_replaysafe.run.langgraph_app import LangGraphApp, crash_point_saver, is_langgraph_app, saver_factory
+from pytest_replaysafe.run.loop_app import LoopApp
 from pytest_replaysafe.run.modes import App, Hit, Inputs
 from pytest_replaysafe.run.pydantic_ai_app import PydanticAIApp, is_pydantic_ai_agent
 from pytest_replaysafe.run.resumers import at_once_on
@@ -166,11 +167,13 @@ class CellDriver:
         """One ``crash_run.invoke`` (or ``stream``, ``conversation``) of a tenxgraph graph or a LangGraph app:
         clean, or crashed and resumed at this execution's hit, checked; the (resumed) result."""
         config = dict(config or {})
+        where = (self.nodeid, self.framework, self.cell is not None)
         if is_pydantic_ai_agent(app):
-            where = (self.nodeid, self.framework, self.cell is not None)
             return self._drive(
                 pydantic_ai_app.checked(app, input, self.log, self.workdir, where), input, config, stream
             )
+        if loop_app.is_loop(app):
+            return self._drive(loop_app.checked(app, input, config or stream, self.workdir, where), input, {}, False)
         if not is_langgraph_app(app):
             return self._drive(app, input, config, stream)
         langgraph_app.framework_matches(self.nodeid, self.framework, self.cell is not None)
@@ -276,7 +279,7 @@ class CellDriver:
         """One run (every turn of a conversation) on a new graph object over the cell's checkpointer."""
         self._batches, self._order_label = 0, label
         at_once = at_once_on(self.workdir, self.log, thread) if label == "resume" and self.resumers else None
-        if isinstance(app, LangGraphApp | PydanticAIApp):
+        if isinstance(app, LangGraphApp | PydanticAIApp | LoopApp):
             assert not isinstance(input, list)
             return app.run(input, thread, config, stream, self.approvals, at_once)
         graph = app.copy(self.checkpointer)
@@ -293,7 +296,7 @@ class CellDriver:
         return result
 
     def stored_result(self, app: App, thread: str) -> RunResult[Any]:
-        if isinstance(app, LangGraphApp | PydanticAIApp):
+        if isinstance(app, LangGraphApp | PydanticAIApp | LoopApp):
             return app.result(thread)
         graph = app.copy(self.checkpointer)
         state = graph.get_state(thread)
@@ -392,7 +395,7 @@ class CellDriver:
         target.framework = self.framework
         if cell.window is not None:  # a budgeted contest: the lock holder pauses at this lock window
             target.window, target.contested_window = window_arrival(cell.window, hit - 1, drive.counts), cell.window
-        tools = frozenset(self.tools) if self.tools is not None else None
+        tools = frozenset(self.tools) if self.tools is not None else getattr(app, "judged", None)
         count = self.then is None and self.depth.depth > 1
         played = play(self, mode, target, self.then, cell.mode in FAULT_MODE_OBJECTS, count, tools)
         if played.skipped:  # the resume never reached the second crash: nothing new to judge

@@ -15,9 +15,11 @@ ledger record; :meth:`Effects.applied` reads those rows too, and the crash matri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,22 @@ def _committed(database: str, sql: str, params: list[Any]) -> list[Any]:
         conn.close()
 
 
+#: The thread of the plain loop the harness runs in this process (:mod:`.loop_app`), if it runs one: an effect
+#: applied outside any tool call there is the loop's own code (node ``loop``), on that thread.
+_loop_threads: list[str] = []
+LOOP_NODE = "loop"
+
+
+@contextlib.contextmanager
+def in_loop(thread_id: str) -> Iterator[None]:
+    """Effects applied outside a tool call, while the harness runs a plain loop on *thread_id*, are its own."""
+    _loop_threads.append(thread_id)
+    try:
+        yield
+    finally:
+        _loop_threads.pop()
+
+
 class Effects:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -83,7 +101,9 @@ class Effects:
         """Apply an effect; with a known *idempotency_key*, return the first result and apply nothing."""
         call = current_tool_call()
         run = current_run()
-        thread = call.thread_id if call else (run.thread_id if run else None)
+        loop = _loop_threads[-1] if _loop_threads and run is None else None
+        thread = call.thread_id if call else (run.thread_id if run else loop)
+        node = run.node if run else (LOOP_NODE if loop else None)
         text = json.dumps(payload, sort_keys=True)
         conn = self._connect()
         try:
@@ -96,7 +116,7 @@ class Effects:
             cur = conn.execute(
                 "INSERT INTO effects (kind, payload, idempotency_key, execution_id, thread_id, node)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (kind, text, idempotency_key, call.execution_id if call else None, thread, run.node if run else None),
+                (kind, text, idempotency_key, call.execution_id if call else None, thread, node),
             )
             conn.execute("COMMIT")
             effect_id = f"E-{cur.lastrowid}"

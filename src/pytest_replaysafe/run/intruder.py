@@ -33,6 +33,7 @@ IN_FLIGHT_POINTS = frozenset({"tool.in_flight", "tool.after_return"})
 def second_worker(run: Runner, hit: Hit) -> str:
     """Resume *hit*'s thread as another worker would: ``refused``, ``finished`` or ``failed: <why>``."""
     from pytest_replaysafe.run.langgraph_app import LangGraphApp
+    from pytest_replaysafe.run.loop_app import LoopApp
     from pytest_replaysafe.run.pydantic_ai_app import PydanticAIApp
     from pytest_replaysafe.run.spy import RecordingCheckpointer
     from tenxgraph.storage.checkpointer.pg import PgCheckpointer
@@ -44,7 +45,7 @@ def second_worker(run: Runner, hit: Hit) -> str:
     async def resume() -> None:
         other = PgCheckpointer(postgres_dsn=inner.postgres_dsn, schema=inner.schema, run_lease=inner.run_lease)
         try:
-            assert not isinstance(hit.app, LangGraphApp | PydanticAIApp), "a second worker is tenxgraph's run lock"
+            assert not isinstance(hit.app, LangGraphApp | PydanticAIApp | LoopApp), "tenxgraph's run lock only"
             graph = hit.app.copy(RecordingCheckpointer(other, run.checkpointer.log))
             await graph.ainvoke(None, {**hit.config, "thread_id": hit.thread, "lock_timeout": 0})
             outcome.append("finished")

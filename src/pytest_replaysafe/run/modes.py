@@ -26,15 +26,16 @@ from pytest_replaysafe.run.settle import settle_siblings
 
 if TYPE_CHECKING:
     from pytest_replaysafe.run.langgraph_app import LangGraphApp
+    from pytest_replaysafe.run.loop_app import LoopApp
     from pytest_replaysafe.run.pydantic_ai_app import PydanticAIApp
     from pytest_replaysafe.run.spy import RecordingCheckpointer
     from tenxgraph.core.graph.compiled import CompiledGraph, RunResult
 
 Inputs = Mapping[str, Any] | list[Mapping[str, Any]]
 """One input, or the turns of a conversation."""
-App: TypeAlias = "CompiledGraph[Any] | LangGraphApp | PydanticAIApp"
-"""What a cell runs: a tenxgraph graph, a LangGraph app (see :mod:`.langgraph_app`) or a Pydantic AI agent
-(:mod:`.pydantic_ai_app`)."""
+App: TypeAlias = "CompiledGraph[Any] | LangGraphApp | PydanticAIApp | LoopApp"
+"""What a cell runs: a tenxgraph graph, a LangGraph app (see :mod:`.langgraph_app`), a Pydantic AI agent
+(:mod:`.pydantic_ai_app`) or a plain loop (:mod:`.loop_app`)."""
 
 
 class Runner(Protocol):

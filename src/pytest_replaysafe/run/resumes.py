@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from pytest_replaysafe.run.langgraph_app import LangGraphApp
+from pytest_replaysafe.run.loop_app import LoopApp
 from pytest_replaysafe.run.modes import RESUME_LOCK_TIMEOUT_S, Hit, InProcess, Mode, Runner, SigKill, Stream, arm_resume
 from pytest_replaysafe.run.procs import (
     HarnessError,
@@ -274,7 +275,7 @@ class Recover(SigKill):
     async def _recover(run: Runner, hit: Hit) -> str:
         from tenxgraph.server.recovery import Recovery
 
-        assert not isinstance(hit.app, LangGraphApp | PydanticAIApp), "recovery is tenxgraph's server's"
+        assert not isinstance(hit.app, LangGraphApp | PydanticAIApp | LoopApp), "recovery is tenxgraph's server's"
         graph = hit.app.copy(run.checkpointer)  # a fresh Recovery each time: no back-off between the harness's tries
         return await Recovery(graph, max_attempts=10**6).recover(hit.thread)
 

@@ -70,6 +70,7 @@ def install(app: Any, log: ExecutionLog) -> Callable[[], None]:
 
 
 def _tools_of(app: Any) -> Iterator[Tool]:
+    yield from getattr(app, "tools", None) or ()  # a plain loop's: found by run.loop_app, before it runs
     for node in (getattr(app, "nodes", None) or {}).values():
         tools = getattr(node, "tools", None)
         if isinstance(tools, dict):

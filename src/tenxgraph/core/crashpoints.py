@@ -214,6 +214,10 @@ PYDANTIC_AI_POINTS = (
     *APPROVAL_POINTS,
 )
 
+#: The points of a plain agent loop (``@pytest.mark.crash_matrix(framework="loop")``): those around each tool call
+#: the public ledger entry reaches (a loop's model turns are its own code, with no point of ours in them).
+LOOP_POINTS = ("tool.before_invoke", "tool.in_flight", "tool.after_return", "tool.after_record")
+
 
 @dataclass(slots=True)
 class _Arming:
