@@ -7,6 +7,7 @@ that command, on its JSON report (the LangGraph table: by tests/test_langgraph_g
     python tests/doc_figures.py langgraph langgraph-matrix.json --table  # print the table from a report
     python tests/doc_figures.py approvals crash-matrix.json              # docs/approvals.md's table
     python tests/doc_figures.py loop loop-matrix.json [--table]          # docs/plain-loop.md's table
+    python tests/doc_figures.py agents agents-matrix.json [--table]      # docs/openai-agents.md's table
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from tenxgraph.core.crashpoints import LANGGRAPH_POINTS, LOOP_POINTS
+from tenxgraph.core.point_groups import LANGGRAPH_POINTS, LOOP_POINTS, OPENAI_AGENTS_POINTS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "crash-matrix.md"
 #: The depth-2 closing line as the docs show it (the "possible" count may differ by a few between runs: how far a
@@ -162,22 +163,27 @@ def check_approvals(report: Path) -> list[str]:
 
 
 LOOP_DOC = DOC.parent / "plain-loop.md"
-LOOP_ROW = re.compile(
-    r"^\| `(?P<point>[a-z_.]+)` \| (?P<cells>\d+ / \d+) \| (?P<bare>[^|]+) \| (?P<safe>[^|]+) \|$", re.M
-)
+AGENTS_DOC = DOC.parent / "openai-agents.md"
+ROW = re.compile(r"^\| `(?P<point>[a-z_.]+)` \| (?P<cells>\d+ / \d+) \| (?P<bare>[^|]+) \| (?P<safe>[^|]+) \|$", re.M)
+#: Per doc: its example's points, its bare test, its test through the ledger, what a point the bare one never
+#: reaches is called.
+BEFORE_AFTER = {
+    "loop": (LOOP_DOC, LOOP_POINTS, "::test_bare_support_loop[", "::test_support_loop[", "no ledger step to crash at"),
+    "agents": (AGENTS_DOC, OPENAI_AGENTS_POINTS, "::test_bare_agent[", "::test_replay_safe_agent[",
+               "no ledger or journal step"),
+}  # fmt: skip
 
 
-def loop_rows(report: Path) -> dict[str, tuple[str, str, str]]:
-    """Per point, over the cells of examples/plain_loop: the cells of each loop (``bare / through the ledger``),
-    what the bare loop showed (violations; a loop with no ledger has no ledger step to crash at) and what the loop
-    through the ledger showed (violations)."""
-    cells = json.loads(report.read_text())["cells"]
+def before_after_rows(report: Path, which: str) -> dict[str, tuple[str, str, str]]:
+    """Per point, over the cells of the example: the cells of each test (``bare / through the ledger``, not
+    applicable ones aside), what the bare one showed (violations) and what the one through the ledger showed."""
+    _, points, bare_test, safe_test, unreached = BEFORE_AFTER[which]
+    cells = [c for c in json.loads(report.read_text())["cells"] if c["outcome"] != "not_applicable"]
     rows = {}
-    for point in LOOP_POINTS:
-        bare = [c for c in cells if c["point"] == point and "test_bare_support_loop" in c["test"]]
-        safe = [c for c in cells if c["point"] == point and "::test_support_loop" in c["test"]]
-        safe = [c for c in safe if c["outcome"] != "not_applicable"]
-        shown = f"{sum(c['outcome'] == 'violation' for c in bare)} violations" if bare else "no ledger step to crash at"
+    for point in points:
+        bare = [c for c in cells if c["point"] == point and bare_test in c["test"]]
+        safe = [c for c in cells if c["point"] == point and safe_test in c["test"]]
+        shown = f"{sum(c['outcome'] == 'violation' for c in bare)} violations" if bare else unreached
         rows[point] = (
             f"{len(bare)} / {len(safe)}",
             shown,
@@ -186,24 +192,34 @@ def loop_rows(report: Path) -> dict[str, tuple[str, str, str]]:
     return rows
 
 
-def check_loop(report: Path) -> list[str]:
-    shown = {m["point"]: (m["cells"], m["bare"].strip(), m["safe"].strip()) for m in LOOP_ROW.finditer(
-        LOOP_DOC.read_text())}  # fmt: skip
+def check_before_after(report: Path, which: str) -> list[str]:
+    doc = BEFORE_AFTER[which][0]
+    shown = {m["point"]: (m["cells"], m["bare"].strip(), m["safe"].strip()) for m in ROW.finditer(doc.read_text())}
+    rows = before_after_rows(report, which)
     problems = [f"{point}: the docs say {shown.get(point)}, the command gives {row}"
-                for point, row in loop_rows(report).items() if shown.get(point) != row]  # fmt: skip
-    return problems + [f"{point}: the loop through the ledger shows {row[2]}"
-                       for point, row in loop_rows(report).items() if row[2] != "0 violations"]  # fmt: skip
+                for point, row in rows.items() if shown.get(point) != row]  # fmt: skip
+    return problems + [
+        f"{point}: through the ledger: {row[2]}" for point, row in rows.items() if row[2] != "0 violations"
+    ]
+
+
+def check_loop(report: Path) -> list[str]:
+    return check_before_after(report, "loop")
+
+
+def check_agents(report: Path) -> list[str]:
+    return check_before_after(report, "agents")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) >= 3 and argv[1] == "loop":
+    if len(argv) >= 3 and argv[1] in BEFORE_AFTER:
         if argv[3:] == ["--table"]:
-            for point, row in loop_rows(Path(argv[2])).items():
+            for point, row in before_after_rows(Path(argv[2]), argv[1]).items():
                 print(f"| `{point}` | {' | '.join(row)} |")
             return 0
-        problems = check_loop(Path(argv[2]))
+        problems = check_before_after(Path(argv[2]), argv[1])
         for p in problems:
-            print(f"docs/plain-loop.md table is stale: {p}; re-run the command it gives and update it")
+            print(f"{BEFORE_AFTER[argv[1]][0].name} table is stale: {p}; re-run the command it gives and update it")
         return 1 if problems else 0
     if len(argv) >= 3 and argv[1] == "approvals":
         if argv[3:] == ["--table"]:

@@ -55,6 +55,8 @@ def test_script_block_runs(
         pytest.importorskip("pydantic_ai.durable_exec", reason="the pydantic-ai extra is not installed")
     if "integrations.mcp" in code:
         pytest.importorskip("mcp.client.session", reason="the mcp extra is not installed: pip install '.[mcp]'")
+    if "integrations.openai_agents" in code:
+        pytest.importorskip("agents", reason="the openai-agents extra is not installed: pip install '.[openai-agents]'")
     if "DATABASE_URL" in code:
         monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("pg_dsn"))
         monkeypatch.setenv("REDIS_URL", request.getfixturevalue("redis_url"))

@@ -69,25 +69,19 @@ def _split(reached: Iterable[str], every: Sequence[str]) -> dict[str, list[str]]
 def summarize(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The coverage of a whole matrix (the JSON report's ``coverage``)."""
     from pytest_replaysafe.matrix.cells import LOCK_WINDOWS
-    from tenxgraph.core.crashpoints import (
-        APPROVAL_POINTS,
-        LANGGRAPH_POINTS,
-        LOOP_POINTS,
-        PYDANTIC_AI_POINTS,
-        list_crash_points,
-    )
+    from tenxgraph.core.crashpoints import list_crash_points
+    from tenxgraph.core.point_groups import APPROVAL_POINTS, FOREIGN_PREFIXES, FRAMEWORK_POINTS
 
     ran = [c for c in cells if c.get("coverage")]
     # what could have been reached depends on what the cells ran: our runtime, a LangGraph app or a Pydantic AI
     # agent (their points, and no run-lock contest, server recovery or retention job), or several
     frameworks = {c["coverage"].get("framework", "tenxgraph") for c in ran} or {"tenxgraph"}
     ours = "tenxgraph" in frameworks
-    named = (("langgraph", LANGGRAPH_POINTS), ("pydantic_ai", PYDANTIC_AI_POINTS), ("loop", LOOP_POINTS))
-    theirs = [points for name, points in named if name in frameworks]
+    theirs = [points for name, points in FRAMEWORK_POINTS.items() if name in frameworks]
     points = [
         p.name
         for p in list_crash_points()
-        if (ours and not p.name.startswith(("langgraph.", "pydantic_ai."))) or any(p.name in t for t in theirs)
+        if (ours and not p.name.startswith(FOREIGN_PREFIXES)) or any(p.name in t for t in theirs)
     ]
     if not any(c["point"] in APPROVAL_POINTS for c in cells):  # no test pauses for a person: nothing to reach there
         points = [p for p in points if p not in APPROVAL_POINTS]

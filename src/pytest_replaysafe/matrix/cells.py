@@ -316,32 +316,30 @@ def marker_kwargs(marker: Any) -> dict[str, Any]:
     return dict(marker.kwargs)
 
 
-#: What a marked test's app is built with: our runtime, LangGraph (``framework="langgraph"``: LangGraph's points,
-#: no run-lock contest or recovery cells, which are our runtime's), Pydantic AI (``framework="pydantic_ai"``) or
-#: a plain loop its user wrote over a provider's SDK (``framework="loop"``, see docs/plain-loop.md).
-FRAMEWORKS = ("tenxgraph", "langgraph", "pydantic_ai", "loop")
+#: What a marked test's app is built with: our runtime, LangGraph (its points, no run-lock contest or recovery
+#: cells, which are our runtime's), Pydantic AI, a plain loop over a provider's SDK (docs/plain-loop.md) or a
+#: function that runs an OpenAI Agents SDK agent (driven as a loop is; docs/openai-agents.md).
+FRAMEWORKS = ("tenxgraph", "langgraph", "pydantic_ai", "loop", "openai_agents")
 #: The modes a LangGraph app's cells run in (the others are our runtime's run lock and server). ``prune``: the
 #: ledger's retention job between the kill and the resume must keep a LangGraph thread's records (it has no row
 #: in our ``threads`` table: the job cannot see it finished). ``resumers``: k processes answer each pause at once.
 LANGGRAPH_MODES = ("inprocess", "sigkill", "stream", "prune", "resumers")
 #: The modes a Pydantic AI agent's cells run in. ``resumers``: k processes resume the crashed run at once.
 PYDANTIC_AI_MODES = ("inprocess", "sigkill", "stream", "resumers")
-#: The modes a plain loop's cells run in: a resume is the loop called again, in this process or another.
+#: The modes of a plain loop's cells (and an OpenAI Agents SDK run's): a resume is the function called again.
 LOOP_MODES = ("inprocess", "sigkill")
-_NAMES = {"langgraph": "a LangGraph app", "pydantic_ai": "a Pydantic AI agent", "loop": "a plain loop"}
+_MODES = {"langgraph": LANGGRAPH_MODES, "pydantic_ai": PYDANTIC_AI_MODES, "loop": LOOP_MODES,
+          "openai_agents": LOOP_MODES}  # fmt: skip
+_NAMES = {"langgraph": "a LangGraph app", "pydantic_ai": "a Pydantic AI agent", "loop": "a plain loop",
+          "openai_agents": "an OpenAI Agents SDK agent"}  # fmt: skip
 
 
 def framework_cells(framework: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The points and modes of another framework's app (None: our runtime's, every one)."""
-    from tenxgraph.core.crashpoints import LANGGRAPH_POINTS, LOOP_POINTS, PYDANTIC_AI_POINTS
+    from tenxgraph.core.point_groups import FRAMEWORK_POINTS
 
-    if framework == "langgraph":
-        return LANGGRAPH_POINTS, LANGGRAPH_MODES
-    if framework == "pydantic_ai":
-        return PYDANTIC_AI_POINTS, PYDANTIC_AI_MODES
-    if framework == "loop":
-        return LOOP_POINTS, LOOP_MODES
-    return None
+    modes = _MODES.get(framework)
+    return (FRAMEWORK_POINTS[framework], modes) if modes is not None else None
 
 
 class Selection(Protocol):
@@ -359,6 +357,7 @@ class Selection(Protocol):
 def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     """Parametrize a marked test with its cells (point x backend x mode, plus the budgeted contest)."""
     from tenxgraph.core.crashpoints import list_crash_points
+    from tenxgraph.core.point_groups import FOREIGN_PREFIXES
 
     marker = metafunc.definition.get_closest_marker("crash_matrix")
     assert marker is not None
@@ -369,7 +368,7 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     known = {p.name for p in list_crash_points()}
     points = split_names(opts.get("points")) or settings.points
     if points is None:
-        ours = [p for p in sorted(known) if not p.startswith(("langgraph.", "pydantic_ai."))]
+        ours = [p for p in sorted(known) if not p.startswith(FOREIGN_PREFIXES)]
         points = [p for p in (own[0] if own else ours) if FIXTURE_POINTS.get(p) in (None, *metafunc.fixturenames)]
     check_names("point", points, known, where)
     backends = split_names(opts.get("backends")) or list(settings.registry)

@@ -173,7 +173,8 @@ class CellDriver:
                 pydantic_ai_app.checked(app, input, self.log, self.workdir, where), input, config, stream
             )
         if loop_app.is_loop(app):
-            return self._drive(loop_app.checked(app, input, config or stream, self.workdir, where), input, {}, False)
+            checked = loop_app.checked(app, input, config or stream, self.workdir, where, self.log)
+            return self._drive(checked, input, {}, False)
         if not is_langgraph_app(app):
             return self._drive(app, input, config, stream)
         langgraph_app.framework_matches(self.nodeid, self.framework, self.cell is not None)

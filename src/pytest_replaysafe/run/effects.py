@@ -84,6 +84,11 @@ def in_loop(thread_id: str) -> Iterator[None]:
         _loop_threads.pop()
 
 
+def loop_thread() -> str | None:
+    """The thread of the plain loop the harness runs in this process now (None: none)."""
+    return _loop_threads[-1] if _loop_threads else None
+
+
 class Effects:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

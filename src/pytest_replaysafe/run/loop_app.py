@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 
+from pytest_replaysafe.judge.evidence import ExecutionLog
 from pytest_replaysafe.run.effects import in_loop
+from pytest_replaysafe.run.openai_agents_watch import is_function_tool, witness_function_tools
 from tenxgraph.core.graph.results import RunResult
 from tenxgraph.core.tools.tool import Tool
 from tenxgraph.state.messages import Message, ToolCallBlock, ToolResultBlock
@@ -34,6 +36,8 @@ from tenxgraph.utils.sync import run_sync
 
 #: How far the harness looks for the loop's tools through containers and objects.
 _DEPTH = 4
+#: How a tenxgraph message the loop returned is kept in the cell's folder.
+TENXGRAPH = "tenxgraph_message"
 
 
 def is_loop(app: object) -> bool:
@@ -41,39 +45,44 @@ def is_loop(app: object) -> bool:
     return inspect.isfunction(app) or inspect.ismethod(app) or isinstance(app, functools.partial)
 
 
-def checked(loop: Any, input: Any, options: object, workdir: Path, where: tuple[str, str, bool]) -> LoopApp:
+def checked(
+    loop: Any, input: Any, options: object, workdir: Path, where: tuple[str, str, bool], log: ExecutionLog
+) -> LoopApp:
     """The loop as a cell runs it, once its test's marker (*where*: node id, framework, in a cell) is checked: a
     loop driven by a test whose marker expanded another framework's cells (points a loop never reaches) fails,
     naming the marker's argument. *options*: a config or streaming asked for (a loop takes neither)."""
     nodeid, framework, in_a_cell = where
-    if framework != "loop" and in_a_cell:
+    if framework not in ("loop", "openai_agents") and in_a_cell:
         pytest.fail(
             f"{nodeid.split('[', 1)[0]}: crash_run.invoke got a plain loop (a function), but its "
             f"@pytest.mark.crash_matrix expands {framework}'s cells: mark it "
-            '@pytest.mark.crash_matrix(framework="loop")',
+            '@pytest.mark.crash_matrix(framework="loop") (or "openai_agents" for a function that runs an agent)',
             pytrace=False,
         )
     if isinstance(input, list) or options:
         raise pytest.UsageError(
             "crash_run drives a plain loop by crash_run.invoke(loop, input) only: no config, stream or conversation"
         )
-    return LoopApp(loop, input, workdir)
+    return LoopApp(loop, input, workdir, log)
 
 
 class LoopApp:
     """A plain loop as the cell driver runs it: called, called again to resume, its conversation read back."""
 
-    def __init__(self, loop: Callable[..., Any], input: Mapping[str, Any], workdir: Path) -> None:
+    def __init__(self, loop: Callable[..., Any], input: Mapping[str, Any], workdir: Path, log: ExecutionLog) -> None:
         if not isinstance(input, Mapping) or "thread_id" in input:
             raise pytest.UsageError(
                 "crash_run.invoke(loop, input): a plain loop's input is a dict of its keyword arguments, without "
                 f"thread_id (the harness passes it: loop(thread_id=..., **input)); got {input!r}"
             )
         self.loop, self.input, self.workdir = loop, dict(input), workdir
-        self.tools = list(reachable_tools(loop))
+        found = list(reachable_tools(loop))
+        self.tools = [t for t in found if isinstance(t, Tool)]
+        function_tools = [t for t in found if not isinstance(t, Tool)]  # an OpenAI Agents SDK agent's
+        witness_function_tools(function_tools, log)
         #: The tools whose calls the verdict judges (their bodies are witnessed): a call of a function the
         #: harness cannot reach is judged by its effects alone (counted outside, on the loop's thread).
-        self.judged = frozenset(t.name for t in self.tools)
+        self.judged = frozenset(t.name for t in found)
         self.thread_prefix = ""
 
     def run(self, input: Mapping[str, Any] | None, thread: str, *_: Any) -> RunResult[Any]:
@@ -85,8 +94,10 @@ class LoopApp:
         if not isinstance(returned, list):
             raise pytest.UsageError(
                 f"crash_run.invoke: the loop returned {type(returned).__name__}; a plain loop returns its "
-                "conversation, a list of chat messages (dicts with role, content, tool_calls, tool_call_id)"
+                "conversation, a list of chat messages (dicts with role, content, tool_calls, tool_call_id), or "
+                "of tenxgraph messages (an OpenAI Agents SDK run's: tenxgraph.integrations.openai_agents.to_messages)"
             )
+        returned = [{TENXGRAPH: m.to_dict()} if isinstance(m, Message) else m for m in returned]
         path = self._path(thread)
         part = path.with_name(f"{path.name}.{os.getpid()}.part")
         part.write_text(json.dumps(returned, default=str))
@@ -111,6 +122,8 @@ async def _awaited(returned: Any) -> Any:
 
 def to_message(chat: Mapping[str, Any], index: int) -> Message:
     """One chat message (the provider's format, with the loop's ``id`` and ``is_error``) as a tenxgraph message."""
+    if TENXGRAPH in chat:
+        return Message.from_dict(chat[TENXGRAPH])
     role, content = chat.get("role"), chat.get("content")
     text = content if isinstance(content, str) else ""
     if role == "assistant":
@@ -131,16 +144,17 @@ def to_message(chat: Mapping[str, Any], index: int) -> Message:
                                 message_id=f"loop-{index}")  # fmt: skip
 
 
-def reachable_tools(loop: Any) -> Iterator[Tool]:
-    """The ledger ``Tool`` objects *loop* can reach, each once (see the module's docstring)."""
+def reachable_tools(loop: Any) -> Iterator[Any]:
+    """The ledger ``Tool`` objects and OpenAI Agents SDK function tools *loop* can reach, each once (see the
+    module's docstring)."""
     seen: set[int] = set()
-    found: dict[int, Tool] = {}
+    found: dict[int, Any] = {}
 
     def visit(obj: Any, depth: int) -> None:
         if id(obj) in seen or depth > _DEPTH or isinstance(obj, str | bytes | int | float | type):
             return
         seen.add(id(obj))
-        if isinstance(obj, Tool):
+        if isinstance(obj, Tool) or is_function_tool(obj):
             found.setdefault(id(obj), obj)
             return
         for item in _parts(obj):

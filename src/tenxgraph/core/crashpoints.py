@@ -84,7 +84,7 @@ _HANDLER = "tenxgraph.core.graph.utils.invoke_node_handler"
 _TRANSACTIONAL = ("tenxgraph.core.graph.utils.transactional",)
 _LANGGRAPH = "pytest_replaysafe.run.langgraph_watch"  # the watcher of a bare ToolNode's calls
 _PYDANTIC_AI_WATCH = "pytest_replaysafe.run.pydantic_ai_watch"  # the watcher of a bare Pydantic AI agent's calls
-_WATCHES = (_LANGGRAPH, _PYDANTIC_AI_WATCH)
+_WATCHES = (_LANGGRAPH, _PYDANTIC_AI_WATCH, "pytest_replaysafe.run.openai_agents_watch")  # (and an SDK agent's)
 _COMPILED = "tenxgraph.core.graph.compiled"
 _LANGGRAPH_HARNESS = "pytest_replaysafe.run.langgraph_app"  # the harness's saver (its own point)
 _LANGGRAPH_SAVER = "tenxgraph.integrations.langgraph.saver"  # CrashPointSaver, around a LangGraph saver
@@ -92,6 +92,7 @@ _PYDANTIC_AI = "tenxgraph.integrations.pydantic_ai.backend"  # LedgerDurability'
 _PYDANTIC_AI_HARNESS = ("pytest_replaysafe.run.pydantic_ai_app",)  # a bare agent's history, saved by the harness
 #: A Pydantic AI run came back paused (DeferredToolRequests) to the harness, which plays its caller.
 _PYDANTIC_AI_PAUSES = ("pytest_replaysafe.run.pydantic_ai_pauses",)
+_OPENAI_AGENTS = "tenxgraph.integrations.openai_agents.journal"  # replay_safe's journal of model responses
 #: Every built-in point, in the order the points fire in a run.
 POINTS: tuple[CrashPoint, ...] = (
     CrashPoint("run.before_node", "crash", "the current node is recorded; the node has not started", _COMPILED),
@@ -183,40 +184,17 @@ POINTS: tuple[CrashPoint, ...] = (
         _PYDANTIC_AI,
         _PYDANTIC_AI_HARNESS,
     ),
+    # An OpenAI Agents SDK agent made replay-safe (replay_safe): its model's responses, journaled.
+    CrashPoint(
+        "openai_agents.after_model_response",
+        "crash",
+        "the model answered; its response is not journaled",
+        _OPENAI_AGENTS,
+    ),
+    CrashPoint(
+        "openai_agents.after_model_record", "crash", "the response is journaled; its tools have not run", _OPENAI_AGENTS
+    ),
 )
-#: The points of a LangGraph app (``@pytest.mark.crash_matrix(framework="langgraph")``): LangGraph's step
-#: boundaries, and those around each tool call that a LangGraph tool node reaches (the watcher of a bare
-#: ``ToolNode`` fires ``tool.before_invoke`` and ``tool.after_return``; ``ReplaySafeToolNode`` all of them).
-#: The points of pauses for a person: a test reaches them only where its agent pauses, so they join a test's
-#: cells where it uses the ``approvals`` fixture (the person the harness plays).
-APPROVAL_POINTS = ("approval.after_pause", "approval.after_decision")
-LANGGRAPH_POINTS = (
-    "tool.before_invoke",
-    "tool.in_flight",
-    "tool.after_return",
-    "tool.after_record",
-    "langgraph.after_put_writes",
-    "langgraph.before_put",
-    "langgraph.after_put",
-    "langgraph.late_put_writes",
-)
-#: The points of a Pydantic AI agent (``@pytest.mark.crash_matrix(framework="pydantic_ai")``): its model's
-#: responses, those around each tool call (``LedgerDurability`` reaches all of them; the harness's watch of a
-#: bare agent's calls fires ``tool.before_invoke`` and ``tool.after_return``), and, where a test has the
-#: ``approvals`` fixture, its pauses (``resume_once`` records an answer before the run that takes it).
-PYDANTIC_AI_POINTS = (
-    "pydantic_ai.after_model_response",
-    "pydantic_ai.after_model_record",
-    "tool.before_invoke",
-    "tool.in_flight",
-    "tool.after_return",
-    "tool.after_record",
-    *APPROVAL_POINTS,
-)
-
-#: The points of a plain agent loop (``@pytest.mark.crash_matrix(framework="loop")``): those around each tool call
-#: the public ledger entry reaches (a loop's model turns are its own code, with no point of ours in them).
-LOOP_POINTS = ("tool.before_invoke", "tool.in_flight", "tool.after_return", "tool.after_record")
 
 
 @dataclass(slots=True)

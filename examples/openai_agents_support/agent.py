@@ -1,0 +1,88 @@
+"""A support agent on the OpenAI Agents SDK, offline: a scripted ``agents.Model`` (new item ids and ``call_id``\\s
+on every answer, as a provider's) asks for two parallel function calls, a refund and an email, then answers.
+
+- :func:`run_support` (the after): the agent made replay-safe for the run (``replay_safe``): its model's turns
+  journaled, its function calls through the ledger. Resumed by running it again with the same run id.
+- :func:`run_bare` (the before): the SDK alone, with a session (``SQLiteSession``) that saves the run's items;
+  after a crash its user runs the agent again on the session, and the turn's calls run again."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from agents import Agent, FunctionTool, RunConfig, Runner, SQLiteSession, function_tool
+from agents.items import ModelResponse
+from agents.models.interface import Model
+from agents.usage import Usage
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+from tenxgraph.integrations.openai_agents import current_idempotency_key, replay_safe, to_messages
+from tenxgraph.ledger import LedgerStore
+from tenxgraph.state import Message
+
+FINAL = "I refunded order A-1042 and emailed the customer."
+#: No trace export (offline).
+OFFLINE = RunConfig(tracing_disabled=True)
+
+
+class ScriptedModel(Model):
+    """The model: a request gets two parallel calls (refund, email); their outputs get the final answer."""
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> ModelResponse:
+        last = input[-1] if isinstance(input, list) and input else {}
+        if isinstance(last, dict) and last.get("type") == "function_call_output":
+            text = ResponseOutputText(text=FINAL, type="output_text", annotations=[])
+            answer = ResponseOutputMessage(id=f"msg_{uuid.uuid4().hex}", role="assistant", status="completed",
+                                           type="message", content=[text])  # fmt: skip
+            return ModelResponse(output=[answer], usage=Usage(requests=1), response_id=f"resp_{uuid.uuid4().hex}")
+        calls = [
+            _call("refund_order", '{"order_id": "A-1042", "amount": 20.0}'),
+            _call("send_email", '{"to": "ada@example.com", "subject": "Your refund"}'),
+        ]
+        return ModelResponse(output=calls, usage=Usage(requests=1), response_id=f"resp_{uuid.uuid4().hex}")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("the scripted model does not stream")
+
+
+def _call(name: str, arguments: str) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(
+        id=f"fc_{uuid.uuid4().hex}", call_id=f"call_{uuid.uuid4().hex[:24]}", name=name, arguments=arguments,
+        type="function_call", status="completed",
+    )  # fmt: skip
+
+
+def make_tools(effects: Any) -> list[FunctionTool]:
+    @function_tool
+    def refund_order(order_id: str, amount: float) -> str:
+        """Refund an amount on an order."""
+        key = current_idempotency_key()  # (None on the bare agent: no ledger)
+        return str(effects.apply("refund", {"order": order_id, "amount": amount}, key)["effect_id"])
+
+    @function_tool
+    def send_email(to: str, subject: str) -> str:
+        """Email the customer."""
+        return str(effects.apply("email", {"to": to, "subject": subject}, current_idempotency_key())["effect_id"])
+
+    return [refund_order, send_email]
+
+
+def build_agent(effects: Any) -> Agent[Any]:
+    return Agent(name="support", instructions="Help with refunds.", model=ScriptedModel(), tools=make_tools(effects))
+
+
+async def run_support(thread_id: str, prompt: str, *, agent: Agent[Any], ledger: LedgerStore) -> list[Message]:
+    """The run *thread_id* (its run id and ledger thread), started or resumed: its conversation."""
+    durable = replay_safe(agent, ledger=ledger, run_id=thread_id,
+                          effects={"refund_order": "external", "send_email": "idempotent"})  # fmt: skip
+    result = await Runner.run(durable, prompt, run_config=OFFLINE)
+    return to_messages(result)
+
+
+async def run_bare(thread_id: str, prompt: str, *, agent: Agent[Any], sessions: str) -> list[Message]:
+    """The SDK alone: the run saves its items in a session; a retried job runs the agent again on it."""
+    session = SQLiteSession(thread_id, sessions)
+    history = await session.get_items()
+    result = await Runner.run(agent, [] if history else prompt, session=session, run_config=OFFLINE)
+    return to_messages(result)

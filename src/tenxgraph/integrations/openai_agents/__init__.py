@@ -1,0 +1,49 @@
+"""OpenAI Agents SDK agents made replay-safe on the ledger (the ``openai_agents`` extra:
+``pip install ".[openai-agents]"``), through the SDK's public interfaces: its ``Model`` and its function tools'
+``on_invoke_tool``.
+
+- :func:`replay_safe`: a copy of an ``agents.Agent`` for one run (its ``run_id``) whose model's responses are
+  journaled in the ledger's store (a resumed run does not ask the model again for a turn it has: the same
+  function calls, the same ``call_id``\\s) and whose function tools run through the ledger, each call keyed by
+  the journaled response item that asked for it and its ``call_id``: a recorded call is replayed, never run
+  again; parallel calls are recorded one by one as they return, with effect classes, in-doubt policies and
+  idempotency keys. Resume a run after a crash by running it again, with the same input and ``run_id``, from
+  any process.
+- :func:`current_idempotency_key`: the key of the tool call running now, for the payment or email provider.
+- :func:`to_messages`: a run's conversation (its input and ``result.raw_responses`` / ``result.new_items``) as
+  tenxgraph messages, each call under the ledger's id for it.
+
+See docs/openai-agents.md. Importing this package needs no SDK; its names import it on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tenxgraph.utils.constants import install_hint
+from tenxgraph.utils.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from tenxgraph.integrations.openai_agents.journal import JournaledModel
+    from tenxgraph.integrations.openai_agents.messages import to_messages
+    from tenxgraph.integrations.openai_agents.tools import current_idempotency_key, replay_safe
+
+__all__ = ["JournaledModel", "current_idempotency_key", "replay_safe", "to_messages"]
+_WHERE = {
+    "JournaledModel": "tenxgraph.integrations.openai_agents.journal",
+    "to_messages": "tenxgraph.integrations.openai_agents.messages",
+    "current_idempotency_key": "tenxgraph.integrations.openai_agents.tools",
+    "replay_safe": "tenxgraph.integrations.openai_agents.tools",
+}
+
+
+def require_openai_agents() -> None:
+    """Raise an ImportError that names the extra if the OpenAI Agents SDK is missing."""
+    try:
+        import agents  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"tenxgraph.integrations.openai_agents needs openai-agents>=0.24 ({exc.name} is "
+                          f"missing): {install_hint('openai-agents')}") from exc  # fmt: skip
+
+
+__getattr__ = lazy_names(__name__, _WHERE, require_openai_agents)

@@ -1,0 +1,173 @@
+"""The agent's function tools through the ledger: :func:`replay_safe` makes a copy of an ``agents.Agent`` for one
+run, its model journaled (:mod:`.journal`) and each ``FunctionTool``'s ``on_invoke_tool`` run through the
+ledger's public entry (:func:`tenxgraph.ledger.invoke_tool_call`).
+
+A call's ledger key is the response item that asked for it (the ``function_call`` item's id, journaled with its
+response, or its ``call_id`` where the model gives items no ids of their own, as the Chat Completions model
+does) and its ``call_id``: the same in every process that resumes the run. What is recorded is the tool's
+output (text, or JSON; another object as its text). A tool that raised (one whose ``failure_error_function`` is
+None) is recorded as failed: the run that ran it gets its exception, a resumed run tells the model it failed,
+and it never runs again. A call the ledger settles in doubt tells the model so, as its output."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from agents import Agent, FunctionTool
+from agents.models.fake_id import FAKE_RESPONSES_ID
+from agents.models.interface import Model
+from agents.tool_context import ToolContext
+
+from tenxgraph.integrations.openai_agents.journal import JournaledModel
+from tenxgraph.ledger import (
+    CallGroups,
+    Effect,
+    LedgerStore,
+    Reconcile,
+    Tool,
+    ToolExecution,
+    ToolOutput,
+    check_policy,
+    current_tool_call,
+    invoke_tool_call,
+)
+from tenxgraph.state.messages import Message, ToolCallBlock
+from tenxgraph.utils.errors import ConfigError
+
+__all__ = ["call_message_id", "current_idempotency_key", "replay_safe"]
+
+
+def current_idempotency_key() -> str | None:
+    """The idempotency key of the tool call running now through the ledger: the same on every replay and in every
+    process, different for every other call; pass it to the payment or email provider. None outside one."""
+    call = current_tool_call()
+    return call.idempotency_key if call is not None and call.key is not None else None
+
+
+def call_message_id(item_id: str | None, call_id: str) -> str:
+    """The ledger's message id of a function call: its response item's id, or its ``call_id`` where the model
+    gives the item none of its own."""
+    return item_id if item_id and item_id != FAKE_RESPONSES_ID else f"call:{call_id}"
+
+
+def replay_safe(
+    agent: Agent[Any],
+    *,
+    ledger: LedgerStore,
+    run_id: str,
+    thread_id: str | None = None,
+    model: Model | None = None,
+    effects: Mapping[str, Effect | str] | None = None,
+    on_in_doubt: Mapping[str, str] | None = None,
+    reconcile: Mapping[str, Reconcile] | None = None,
+) -> Agent[Any]:
+    """A copy of *agent* for run *run_id*: its model journaled and its function tools through *ledger*, on the
+    ledger thread *thread_id* (default: the run id). *model*: the ``agents.Model`` to journal where the agent
+    names its model by a string. Per tool name: its effect class (*effects*), in-doubt policy (*on_in_doubt*)
+    and reconcile function (*reconcile*), as ``@tool`` takes them. Make one per run (a resume is a new run of
+    the copy, with the same input and ``run_id``)."""
+    inner = model if model is not None else agent.model
+    if not isinstance(inner, Model):
+        raise ConfigError(
+            f"replay_safe: agent {agent.name!r} names its model by {inner!r}, not an agents.Model: pass the model "
+            "to journal, replay_safe(agent, ..., model=OpenAIResponsesModel(model=..., openai_client=...))"
+        )
+    if agent.handoffs:
+        raise ConfigError(
+            f"replay_safe: agent {agent.name!r} has handoffs, which are not made replay-safe yet: their agents' "
+            "tools would run outside the ledger"
+        )
+    thread = thread_id or run_id
+    names = {t.name for t in agent.tools if isinstance(t, FunctionTool)}
+    for said in (effects or {}, on_in_doubt or {}, reconcile or {}):
+        unknown = sorted(set(said) - names)
+        if unknown:
+            raise ConfigError(f"replay_safe: {unknown} are not function tools of agent {agent.name!r}: {sorted(names)}")
+    policies = {
+        name: (
+            (on_in_doubt or {}).get(name),
+            (reconcile or {}).get(name),
+            check_policy((on_in_doubt or {}).get(name), (reconcile or {}).get(name), (effects or {}).get(name)),
+        )
+        for name in names
+    }
+    calls = _LedgerCalls(ledger, thread, policies)
+    tools = [calls.wrap(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
+    return agent.clone(model=JournaledModel(inner, ledger, thread, run_id), tools=tools)
+
+
+class _LedgerCalls:
+    """The run's function calls through the ledger (*policies*: per tool, in-doubt policy, reconcile, effect)."""
+
+    def __init__(
+        self, ledger: LedgerStore, thread: str, policies: dict[str, tuple[str | None, Reconcile | None, Effect | None]]
+    ) -> None:
+        self.ledger, self.thread, self.policies = ledger, thread, policies
+        self.groups = CallGroups()
+
+    def wrap(self, tool: FunctionTool) -> FunctionTool:
+        invoke = tool.on_invoke_tool
+
+        async def on_invoke_tool(ctx: ToolContext[Any], input: str) -> Any:
+            return await self.call(tool.name, invoke, ctx, input)
+
+        wrapped = copy.copy(tool)
+        wrapped.on_invoke_tool = on_invoke_tool
+        return wrapped
+
+    async def call(self, name: str, invoke: Any, ctx: ToolContext[Any], input: str) -> Any:
+        item_id = getattr(ctx.tool_call, "id", None)
+        block = ToolCallBlock(ctx.tool_call_id, name, input or "{}")
+        message = Message.assistant(tool_calls=[block], message_id=call_message_id(item_id, ctx.tool_call_id))
+        raised: list[Exception] = []
+
+        async def run(**_: Any) -> ToolOutput:
+            try:
+                output = await invoke(ctx, input)
+            except Exception as exc:
+                raised.append(exc)
+                raise
+            return ToolOutput(_recordable(output))
+
+        on_in_doubt, reconcile, effect = self.policies[name]
+        params = {"type": "object", "properties": {arg: {} for arg in _args(input)}}
+        ledger_tool = Tool(name=name, description="", fn=run, parameters=params, is_async=True,
+                           on_in_doubt=on_in_doubt, reconcile=reconcile, effect=effect)  # fmt: skip
+        group = self.groups.join(self.ledger, self.thread, message)
+        try:
+            execution = await invoke_tool_call(message, 0, {name: ledger_tool}, self.ledger, self.thread, group=group)
+        finally:
+            self.groups.passed(group)
+        return _output(execution, raised)
+
+
+def _args(input: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(input) if input and input.strip() else {}
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _recordable(output: Any) -> Any:
+    """The tool's output as the ledger records it: JSON as it is, another object as its text (what the SDK
+    shows the model of it)."""
+    try:
+        json.dumps(output)
+    except (TypeError, ValueError):
+        return str(output)
+    return output
+
+
+def _output(execution: ToolExecution, raised: list[Exception]) -> Any:
+    """What the SDK gets for the call: its recorded output; for a failed call, the exception it raised here, or
+    (replayed, in doubt, timed out) the failure's text, which the model sees as the call's output."""
+    result = execution.result
+    if result.is_error and raised and not execution.replayed:
+        raise raised[-1]
+    if result.is_error:
+        return f"An error occurred while running the tool: {result.output}"
+    return result.output
