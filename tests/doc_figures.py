@@ -179,6 +179,7 @@ def before_after_rows(report: Path, which: str) -> dict[str, tuple[str, str, str
     applicable ones aside), what the bare one showed (violations) and what the one through the ledger showed."""
     _, points, bare_test, safe_test, unreached = BEFORE_AFTER[which]
     cells = [c for c in json.loads(report.read_text())["cells"] if c["outcome"] != "not_applicable"]
+    cells = [c for c in cells if c["mode"] in ("inprocess", "sigkill")]
     rows = {}
     for point in points:
         bare = [c for c in cells if c["point"] == point and bare_test in c["test"]]

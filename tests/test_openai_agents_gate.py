@@ -68,6 +68,55 @@ def test_bad_declarations_and_models_are_refused_naming_the_fix(tmp_path: Path) 
         replay_safe(agent.clone(handoffs=[Agent(name="b")]), ledger=ledger, run_id="r")
 
 
+#: One resumer of an approved pause, in a process of its own: the run's state (saved where the run paused)
+#: loaded, the refund approved, the run resumed in turn; it prints what the model was told of each call.
+APPROVER = """
+import asyncio, json, sys
+from agents.run_state import RunState
+from examples.openai_agents_support.agent import OFFLINE, build_agent
+from pytest_replaysafe.run.effects import Effects
+from tenxgraph.integrations.openai_agents import replay_safe, run_replay_safe, to_messages
+from tenxgraph.storage.checkpointer import SqliteCheckpointer
+
+async def main(folder):
+    agent = build_agent(Effects(folder + "/effects.db"), approval=True)
+    durable = replay_safe(agent, ledger=SqliteCheckpointer(folder + "/ledger.db"), run_id="pause-1",
+                          effects={"refund_order": "external"})
+    state = await RunState.from_string(durable, open(folder + "/state.json").read())
+    for interruption in state.get_interruptions():
+        state.approve(interruption)
+    result = await run_replay_safe(durable, state, run_config=OFFLINE)
+    print(json.dumps({r.call_id: [r.output, r.is_error] for m in to_messages(result) for r in m.tool_results}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_k_processes_approving_one_pause_refund_once_and_each_is_told_what_stands(tmp_path: Path) -> None:
+    """The run pauses for the refund's approval (``needs_approval``); its ``RunState`` is saved; 4 processes load
+    it, approve and resume at once (``run_replay_safe``): the refund happens once, and every resumer's model is
+    told the same outcome of each call (the first ran it, the others replayed its record)."""
+    from examples.openai_agents_support.agent import OFFLINE
+    from tenxgraph.integrations.openai_agents import replay_safe, run_replay_safe
+
+    agent = build_agent(Effects(tmp_path / "effects.db"), approval=True)
+    durable = replay_safe(agent, ledger=SqliteCheckpointer(tmp_path / "ledger.db"), run_id="pause-1",
+                          effects={"refund_order": "external"})  # fmt: skip
+    paused = asyncio.run(run_replay_safe(durable, "refund A-1042", run_config=OFFLINE))
+    assert [i.name for i in paused.interruptions] == ["refund_order"]
+    (tmp_path / "state.json").write_text(paused.to_state().to_string())
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    procs = [subprocess.Popen([sys.executable, "-c", APPROVER, str(tmp_path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for _ in range(4)]  # fmt: skip
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    told = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert all(t == told[0] for t in told), told  # one outcome, whoever resumed
+    assert len(told[0]) == 2 and not any(is_error for _, is_error in told[0].values()), told[0]
+    effects = Effects(tmp_path / "effects.db")
+    assert effects.count("refund") == 1 and effects.count("email") == 1
+
+
 TEST = """
 from functools import partial
 import pytest
@@ -98,6 +147,16 @@ MUTANTS: dict[str, tuple[str, str, str | None]] = {
         "executed 2 times",
         "a model turn ran again",
     ),
+    # resumers of one run are not taken in turn (Runner.run without the run's lock): each runs the calls the
+    # others have not recorded yet
+    "no_run_lock": (
+        "import tenxgraph.integrations.openai_agents.runs as r, examples.openai_agents_support.agent as a\n"
+        "from agents import Runner\n"
+        "async def run(agent, input, *, lock_wait=0, **kw):\n    return await Runner.run(agent, input, **kw)\n"
+        "r.run_replay_safe = a.run_replay_safe = run\n",
+        'send_email(\'{"to": "ada@example.com", "subject": "Your refund"}\') executed ',
+        "a model turn ran again",
+    ),
     # the call's key is made anew in each run: a resume does not find the record, and the call the runtime
     # reports is not the one the SDK asked for (the harness names it from the SDK's own ToolContext)
     "call_key_unstable": (
@@ -108,12 +167,12 @@ MUTANTS: dict[str, tuple[str, str, str | None]] = {
 }
 
 
-def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str) -> list[dict[str, Any]]:
+def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str, mode: str) -> list[dict[str, Any]]:
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     pytester.makepyfile(test_agent=TEST)
     pytester.makeconftest(conftest)
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=sqlite",
-                                  "--crash-modes=inprocess", "--crash-report=matrix.json")  # fmt: skip
+                                  f"--crash-modes={mode}", "--crash-report=matrix.json")  # fmt: skip
     return json.loads((pytester.path / "matrix.json").read_text())["cells"]  # type: ignore[no-any-return]
 
 
@@ -122,15 +181,18 @@ def test_a_broken_integration_is_caught_for_its_own_reason(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mutant: str
 ) -> None:
     patch, reason, not_said = MUTANTS[mutant]
-    cells = run(pytester, monkeypatch, patch)
+    cells = run(pytester, monkeypatch, patch, "resumers" if mutant == "no_run_lock" else "inprocess")
     caught = [c for c in cells if c["outcome"] == "violation"]
     assert caught, [(c["point"], c["outcome"], c.get("detail")) for c in cells]
     details = [c["detail"] for c in caught]
     assert all(reason in d and (not_said is None or not_said not in d) for d in details), details
 
 
-def test_the_integration_as_it_is_fails_no_cell(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    cells = run(pytester, monkeypatch, "")
+@pytest.mark.parametrize("mode", ["inprocess", "resumers"])
+def test_the_integration_as_it_is_fails_no_cell(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    cells = run(pytester, monkeypatch, "", mode)
     assert cells and {c["outcome"] for c in cells} <= {"protected", "known_gap", "in_doubt_handled"}, cells
 
 

@@ -17,7 +17,7 @@ from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-from tenxgraph.integrations.openai_agents import current_idempotency_key, replay_safe, to_messages
+from tenxgraph.integrations.openai_agents import current_idempotency_key, replay_safe, run_replay_safe, to_messages
 from tenxgraph.ledger import LedgerStore
 from tenxgraph.state import Message
 
@@ -68,15 +68,19 @@ def make_tools(effects: Any) -> list[FunctionTool]:
     return [refund_order, send_email]
 
 
-def build_agent(effects: Any) -> Agent[Any]:
-    return Agent(name="support", instructions="Help with refunds.", model=ScriptedModel(), tools=make_tools(effects))
+def build_agent(effects: Any, approval: bool = False) -> Agent[Any]:
+    """The agent; *approval*: its refund waits for a person (``needs_approval``: the run is interrupted, and
+    resumed from its ``RunState`` once approved)."""
+    tools = make_tools(effects)
+    tools[0].needs_approval = approval
+    return Agent(name="support", instructions="Help with refunds.", model=ScriptedModel(), tools=tools)
 
 
 async def run_support(thread_id: str, prompt: str, *, agent: Agent[Any], ledger: LedgerStore) -> list[Message]:
     """The run *thread_id* (its run id and ledger thread), started or resumed: its conversation."""
     durable = replay_safe(agent, ledger=ledger, run_id=thread_id,
                           effects={"refund_order": "external", "send_email": "idempotent"})  # fmt: skip
-    result = await Runner.run(durable, prompt, run_config=OFFLINE)
+    result = await run_replay_safe(durable, prompt, run_config=OFFLINE)  # (resumers of one run: in turn)
     return to_messages(result)
 
 

@@ -19,11 +19,14 @@ from pytest_replaysafe import CrashRun, Effects, ReplaySafetyViolation
 PROMPT = {"prompt": "Please refund order A-1042 and let the customer know."}
 
 
-@pytest.mark.crash_matrix(framework="openai_agents", backends="memory,sqlite,postgres")
+@pytest.mark.crash_matrix(
+    framework="openai_agents", backends="memory,sqlite,postgres", modes="inprocess,sigkill,resumers"
+)
 def test_replay_safe_agent(crash_run: CrashRun, effects: Effects) -> None:
-    """The agent made replay-safe per run, killed and resumed at every point: its model turns are not asked
-    again, a finished call is replayed, never run again; the email runs again under the same idempotency key
-    (deduplicated); the refund, caught in flight, is in doubt and not run again (the model is told it failed)."""
+    """The agent made replay-safe per run, killed and resumed at every point (and by k processes at once,
+    taken in turn by ``run_replay_safe``): its model turns are not asked again, a finished call is replayed,
+    never run again; the email runs again under the same idempotency key (deduplicated); the refund, caught in
+    flight, is in doubt and not run again (the model is told it failed)."""
     run = partial(run_support, agent=build_agent(effects), ledger=crash_run.checkpointer)
     conversation = crash_run.invoke(run, PROMPT)
     assert conversation.final_text == FINAL

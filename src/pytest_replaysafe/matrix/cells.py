@@ -326,10 +326,11 @@ FRAMEWORKS = ("tenxgraph", "langgraph", "pydantic_ai", "loop", "openai_agents")
 LANGGRAPH_MODES = ("inprocess", "sigkill", "stream", "prune", "resumers")
 #: The modes a Pydantic AI agent's cells run in. ``resumers``: k processes resume the crashed run at once.
 PYDANTIC_AI_MODES = ("inprocess", "sigkill", "stream", "resumers")
-#: The modes of a plain loop's cells (and an OpenAI Agents SDK run's): a resume is the function called again.
+#: The modes of a plain loop's cells: a resume is the function called again. An OpenAI Agents SDK run's also
+#: ``resumers`` (k processes call it at once: ``run_replay_safe`` takes them in turn).
 LOOP_MODES = ("inprocess", "sigkill")
 _MODES = {"langgraph": LANGGRAPH_MODES, "pydantic_ai": PYDANTIC_AI_MODES, "loop": LOOP_MODES,
-          "openai_agents": LOOP_MODES}  # fmt: skip
+          "openai_agents": (*LOOP_MODES, "resumers")}  # fmt: skip
 _NAMES = {"langgraph": "a LangGraph app", "pydantic_ai": "a Pydantic AI agent", "loop": "a plain loop",
           "openai_agents": "an OpenAI Agents SDK agent"}  # fmt: skip
 

@@ -85,8 +85,17 @@ class LoopApp:
         self.judged = frozenset(t.name for t in found)
         self.thread_prefix = ""
 
-    def run(self, input: Mapping[str, Any] | None, thread: str, *_: Any) -> RunResult[Any]:
-        """Start the loop on *thread*, or resume it (*input* None): the same call again. Its conversation."""
+    def run(
+        self, input: Mapping[str, Any] | None, thread: str, config: Any, stream: bool, approvals: Any = None,
+        at_once: Callable[[Callable[[], object]], None] | None = None,
+    ) -> RunResult[Any]:  # fmt: skip
+        """Start the loop on *thread*, or resume it (*input* None): the same call again; *at_once*: the resume is
+        made by many processes at once first (the ``resumers`` mode), then once more. Its conversation."""
+        if at_once is not None and input is None:
+            at_once(lambda: self._call(thread))
+        return self._call(thread)
+
+    def _call(self, thread: str) -> RunResult[Any]:
         with in_loop(thread):  # (an effect its own code applies, outside a tool call, is on its thread)
             returned = self.loop(thread_id=thread, **self.input)
             if inspect.isawaitable(returned):
