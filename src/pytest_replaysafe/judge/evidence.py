@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tenxgraph.core.graph.utils.instrument import ToolEvent
+    from tenxgraph.core.tools.context import ToolCallInfo
 
 
 def fingerprint(value: object) -> str | None:
@@ -92,6 +93,16 @@ UNDECLARED = "langgraph:undeclared"
 
 #: Events that carry a call's answer: its body returned (``end``), or a person rejected it (``rejected``).
 ANSWERS = ("end", "rejected")
+
+
+def unrecorded(info: ToolCallInfo, event: str, output: object = None, error: bool = False) -> Entry:
+    """A call no ledger guards, as a harness's watch of a bare framework logs it: its ``start``, or its ``end``
+    with what it returned (*error*: it raised)."""
+    ended = event == "end"
+    return Entry(thread=info.thread_id, id=info.execution_id, event=event, tool=info.tool,
+                 fp=fingerprint(output) if ended else None, error=error, cond=UNRECORDED,
+                 call=call_id_of(info.message_id, info.index), t=round(time.monotonic(), 6),
+                 out=preview(output) if ended else None)  # fmt: skip
 
 
 def body_runs(entries: list[Entry], by_key: bool = False) -> Counter[str]:

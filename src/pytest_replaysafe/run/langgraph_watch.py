@@ -4,7 +4,6 @@ callbacks, logged as unrecorded with the harness's call identity, with ``tool.be
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import Any
@@ -12,12 +11,10 @@ from uuid import UUID
 
 from pytest_replaysafe.judge.evidence import (
     UNDECLARED,
-    UNRECORDED,
     Entry,
     ExecutionLog,
     call_id_of,
-    fingerprint,
-    preview,
+    unrecorded,
 )
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call, running_call
@@ -124,20 +121,6 @@ def tool_watch(log: ExecutionLog, thread: str, declarations: Mapping[str, tuple[
                 crash_point("tool.after_return")
 
         def _log(self, info: ToolCallInfo, event: str, output: Any = None, error: bool = False) -> None:
-            ended = event == "end"
-            log.write(
-                Entry(
-                    thread=info.thread_id,
-                    id=info.execution_id,
-                    event=event,
-                    tool=info.tool,
-                    fp=fingerprint(output) if ended else None,
-                    error=error,
-                    cond=UNRECORDED,
-                    call=call_id_of(info.message_id, info.index),
-                    t=round(time.monotonic(), 6),
-                    out=preview(output) if ended else None,
-                )
-            )
+            log.write(unrecorded(info, event, output, error))
 
     return ToolWatch()

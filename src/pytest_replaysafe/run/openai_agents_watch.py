@@ -17,18 +17,17 @@ declaration from the runtime's events."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import Any
 
 from pytest_replaysafe.judge.evidence import (
     UNDECLARED,
-    UNRECORDED,
     Entry,
     ExecutionLog,
     call_id_of,
     fingerprint,
     preview,
+    unrecorded,
 )
 from pytest_replaysafe.run.effects import loop_thread
 from tenxgraph.core.crashpoints import crash_point
@@ -94,8 +93,4 @@ async def _body(log: ExecutionLog, thread: str, eid: str, message_id: str, name:
 
 
 def _log(log: ExecutionLog, info: ToolCallInfo, event: str, output: Any = None, error: bool = False) -> None:
-    ended = event == "end"
-    log.write(Entry(thread=info.thread_id, id=info.execution_id, event=event, tool=info.tool,
-                    fp=fingerprint(output) if ended else None, error=error, cond=UNRECORDED,
-                    call=call_id_of(info.message_id, info.index), t=round(time.monotonic(), 6),
-                    out=preview(output) if ended else None))  # fmt: skip
+    log.write(unrecorded(info, event, output, error))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -30,12 +29,12 @@ from pydantic_ai.toolsets import FunctionToolset
 
 from pytest_replaysafe.judge.evidence import (
     UNDECLARED,
-    UNRECORDED,
     Entry,
     ExecutionLog,
     call_id_of,
     fingerprint,
     preview,
+    unrecorded,
 )
 from pytest_replaysafe.run.witness import _effect_from_hints, declared_policy
 from tenxgraph.core.crashpoints import crash_point
@@ -135,11 +134,7 @@ class CallWatch(AbstractCapability[Any]):
             return output
 
     def _log(self, info: ToolCallInfo, event: str, output: Any = None, error: bool = False) -> None:
-        ended = event == "end"
-        self.log.write(Entry(thread=info.thread_id, id=info.execution_id, event=event, tool=info.tool,
-                             fp=fingerprint(output) if ended else None, error=error, cond=UNRECORDED,
-                             call=call_id_of(info.message_id, info.index), t=round(time.monotonic(), 6),
-                             out=preview(output) if ended else None))  # fmt: skip
+        self.log.write(unrecorded(info, event, output, error))
 
 
 # -- the bodies ----------------------------------------------------------------------------------------------------
