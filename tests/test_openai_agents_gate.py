@@ -54,14 +54,18 @@ def test_a_run_resumed_with_another_input_is_refused(tmp_path: Path) -> None:
 def test_bad_declarations_and_models_are_refused_naming_the_fix(tmp_path: Path) -> None:
     from agents import Agent
 
-    from tenxgraph.integrations.openai_agents import replay_safe
+    from tenxgraph.integrations.openai_agents import declare, replay_safe
 
     agent = build_agent(Effects(tmp_path / "effects.db"))
     ledger = InMemoryCheckpointer()
     with pytest.raises(ConfigError, match=r"\['refund'\] are not function tools of agent 'support'"):
         replay_safe(agent, ledger=ledger, run_id="r", effects={"refund": "external"})
+    with pytest.raises(ConfigError, match="function tool 'refund_order' is declared twice"):
+        replay_safe(agent, ledger=ledger, run_id="r", effects={"refund_order": "idempotent"})
+    with pytest.raises(ValueError, match="is invalid; use one of"):
+        declare(agent.tools[0], on_in_doubt="maybe")
     with pytest.raises(ValueError, match="on_in_doubt='reconcile' needs reconcile"):
-        replay_safe(agent, ledger=ledger, run_id="r", on_in_doubt={"refund_order": "reconcile"})
+        declare(agent.tools[0], on_in_doubt="reconcile")
     with pytest.raises(ConfigError, match=re.escape("names its model by 'gpt-4.1', not an agents.Model: pass")):
         replay_safe(Agent(name="a", model="gpt-4.1"), ledger=ledger, run_id="r")
     with pytest.raises(ConfigError, match="has handoffs"):
@@ -80,8 +84,7 @@ from tenxgraph.storage.checkpointer import SqliteCheckpointer
 
 async def main(folder):
     agent = build_agent(Effects(folder + "/effects.db"), approval=True)
-    durable = replay_safe(agent, ledger=SqliteCheckpointer(folder + "/ledger.db"), run_id="pause-1",
-                          effects={"refund_order": "external"})
+    durable = replay_safe(agent, ledger=SqliteCheckpointer(folder + "/ledger.db"), run_id="pause-1")
     state = await RunState.from_string(durable, open(folder + "/state.json").read())
     for interruption in state.get_interruptions():
         state.approve(interruption)
@@ -100,8 +103,7 @@ def test_k_processes_approving_one_pause_refund_once_and_each_is_told_what_stand
     from tenxgraph.integrations.openai_agents import replay_safe, run_replay_safe
 
     agent = build_agent(Effects(tmp_path / "effects.db"), approval=True)
-    durable = replay_safe(agent, ledger=SqliteCheckpointer(tmp_path / "ledger.db"), run_id="pause-1",
-                          effects={"refund_order": "external"})  # fmt: skip
+    durable = replay_safe(agent, ledger=SqliteCheckpointer(tmp_path / "ledger.db"), run_id="pause-1")
     paused = asyncio.run(run_replay_safe(durable, "refund A-1042", run_config=OFFLINE))
     assert [i.name for i in paused.interruptions] == ["refund_order"]
     (tmp_path / "state.json").write_text(paused.to_state().to_string())
@@ -156,6 +158,13 @@ MUTANTS: dict[str, tuple[str, str, str | None]] = {
         "r.run_replay_safe = a.run_replay_safe = run\n",
         'send_email(\'{"to": "ada@example.com", "subject": "Your refund"}\') executed ',
         "a model turn ran again",
+    ),
+    # the tool's declaration is dropped: the refund, declared external, is handled as a call with no effect
+    # class (the harness reads the declaration on the tool itself)
+    "declaration_dropped": (
+        T + "t.declaration_of = lambda tool: (None, None, None)\n",
+        "refund_order(",
+        None,
     ),
     # the call's key is made anew in each run: a resume does not find the record, and the call the runtime
     # reports is not the one the SDK asked for (the harness names it from the SDK's own ToolContext)

@@ -17,7 +17,13 @@ from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-from tenxgraph.integrations.openai_agents import current_idempotency_key, replay_safe, run_replay_safe, to_messages
+from tenxgraph.integrations.openai_agents import (
+    current_idempotency_key,
+    declare,
+    replay_safe,
+    run_replay_safe,
+    to_messages,
+)
 from tenxgraph.ledger import LedgerStore
 from tenxgraph.state import Message
 
@@ -65,7 +71,8 @@ def make_tools(effects: Any) -> list[FunctionTool]:
         """Email the customer."""
         return str(effects.apply("email", {"to": to, "subject": subject}, current_idempotency_key())["effect_id"])
 
-    return [refund_order, send_email]
+    # what each tool does, declared on it (replay_safe applies it; the crash matrix reads it on its own)
+    return [declare(refund_order, effect="external"), declare(send_email, effect="idempotent")]
 
 
 def build_agent(effects: Any, approval: bool = False) -> Agent[Any]:
@@ -78,8 +85,7 @@ def build_agent(effects: Any, approval: bool = False) -> Agent[Any]:
 
 async def run_support(thread_id: str, prompt: str, *, agent: Agent[Any], ledger: LedgerStore) -> list[Message]:
     """The run *thread_id* (its run id and ledger thread), started or resumed: its conversation."""
-    durable = replay_safe(agent, ledger=ledger, run_id=thread_id,
-                          effects={"refund_order": "external", "send_email": "idempotent"})  # fmt: skip
+    durable = replay_safe(agent, ledger=ledger, run_id=thread_id)
     result = await run_replay_safe(durable, prompt, run_config=OFFLINE)  # (resumers of one run: in turn)
     return to_messages(result)
 

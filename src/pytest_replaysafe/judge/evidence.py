@@ -97,9 +97,11 @@ ANSWERS = ("end", "rejected")
 
 def unrecorded(info: ToolCallInfo, event: str, output: object = None, error: bool = False) -> Entry:
     """A call no ledger guards, as a harness's watch of a bare framework logs it: its ``start``, or its ``end``
-    with what it returned (*error*: it raised)."""
+    with what it returned (*error*: it raised); with the declaration *info* carries (none: the framework's tool
+    declares nothing the watch can read)."""
     ended = event == "end"
     return Entry(thread=info.thread_id, id=info.execution_id, event=event, tool=info.tool,
+                 policy=info.on_in_doubt, effect=info.effect,
                  fp=fingerprint(output) if ended else None, error=error, cond=UNRECORDED,
                  call=call_id_of(info.message_id, info.index), t=round(time.monotonic(), 6),
                  out=preview(output) if ended else None)  # fmt: skip

@@ -79,6 +79,24 @@ _PYDANTIC_AI_TERMS = tuple(
 )  # fmt: skip
 
 
+#: Why a call no ledger recorded ran again, in the words of the framework a bare test runs (its fix named).
+UNRECORDED_WHY = {
+    "langgraph": (
+        " (no ledger recorded it when it returned: LangGraph's ToolNode runs the whole batch again, finished calls "
+        "included; tenxgraph.integrations.langgraph.ReplaySafeToolNode records each call as it returns)"
+    ),
+    "pydantic_ai": (
+        " (no ledger recorded it when it returned: a bare Pydantic AI agent run again on its saved history runs "
+        "the calls its last response asked for again, finished ones included; "
+        "tenxgraph.integrations.pydantic_ai.LedgerDurability records each call as it returns)"
+    ),
+    "openai_agents": (
+        " (no ledger recorded it when it returned: the SDK alone runs the crashed turn's calls again, finished "
+        "ones included; tenxgraph.integrations.openai_agents.replay_safe records each call as it returns)"
+    ),
+}
+
+
 def remedies_of(rules: Iterable[GapRule], framework: str) -> str:
     """The remedies of *rules*, once each, in the test's framework's terms."""
     said = "; ".join(dict.fromkeys(rule.remedy for rule in rules if rule.remedy))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_replaysafe.judge.evidence import UNRECORDED, Entry, body_runs, call_id_of, preview
-from pytest_replaysafe.judge.gaps import RECORD_FAILED, GapRule, find_gap
+from pytest_replaysafe.judge.gaps import RECORD_FAILED, UNRECORDED_WHY, GapRule, find_gap
 from pytest_replaysafe.judge.outcome import Outcome
 from pytest_replaysafe.judge.pauses import pause_problems
 from pytest_replaysafe.judge.provenance import answer_to, given_keys, provenance, shared_keys
@@ -294,18 +294,8 @@ def judge(
                 " (no ledger recorded it: each process that resumed the pause ran it; ReplaySafeToolNode runs it "
                 "once, and tenxgraph.integrations.langgraph.resume_once the rest of the thread)"
             )
-        elif marked.get(eid) == UNRECORDED and evidence.framework == "pydantic_ai":
-            why = (
-                " (no ledger recorded it when it returned: a bare Pydantic AI agent run again on its saved "
-                "history runs the calls its last response asked for again, finished ones included; "
-                "tenxgraph.integrations.pydantic_ai.LedgerDurability records each call as it returns)"
-            )
         elif marked.get(eid) == UNRECORDED:
-            why = (
-                " (no ledger recorded it when it returned: LangGraph's ToolNode runs the whole batch again, "
-                "finished calls included; tenxgraph.integrations.langgraph.ReplaySafeToolNode records each call "
-                "as it returns)"
-            )
+            why = UNRECORDED_WHY.get(evidence.framework, UNRECORDED_WHY["langgraph"])
         elif names:
             why = f" (its crashes allow {int(allowed)}: one run more per crash that left it unfinished)"
         elif evidence.window == eid and evidence.unfinished.get(eid) == "after_return":

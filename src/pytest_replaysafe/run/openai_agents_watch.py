@@ -11,9 +11,10 @@ returned) to the cell's log. A call the ledger replays never reaches it.
 
 On a bare agent (no ledger around the call) the wrapper also logs the call as unrecorded, with
 ``tool.before_invoke`` and ``tool.after_return`` fired around it and the effects it applies attributed to it, as
-the watch of a bare Pydantic AI agent does. A tool's declaration (its effect class, given to ``replay_safe`` per
-run) is not visible before the run: the witness's entries say so (``UNDECLARED``), and the verdict reads the
-declaration from the runtime's events."""
+the watch of a bare Pydantic AI agent does. A tool's declaration is read from the tool itself, where
+``declare()`` keeps it (effect class, in-doubt policy), and mapped by the harness; a tool declared only to
+``replay_safe`` (per run) has none the harness can see: its entries say so (``UNDECLARED``), and the verdict
+reads its declaration from the runtime's events."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from pytest_replaysafe.judge.evidence import (
     unrecorded,
 )
 from pytest_replaysafe.run.effects import loop_thread
+from pytest_replaysafe.run.witness import declared_policy
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call, running_call
 
@@ -50,21 +52,24 @@ def witness_function_tools(tools: Iterable[Any], log: ExecutionLog) -> None:
             continue
         name = tool.name
 
-        async def on_invoke_tool(ctx: Any, input: str, invoke: Any = invoke, name: str = name) -> Any:
+        async def on_invoke_tool(ctx: Any, input: str, invoke: Any = invoke, name: str = name, tool: Any = tool) -> Any:
             thread = loop_thread()
             if thread is None:  # (outside a cell's run)
                 return await invoke(ctx, input)
             item_id = getattr(getattr(ctx, "tool_call", None), "id", None)
             message_id = item_id if item_id and item_id != _FAKE_ID else f"call:{ctx.tool_call_id}"
             info = current_tool_call()
+            declared = _declared(tool)
             if info is not None:
-                return await _body(log, thread, info.execution_id, message_id, name, invoke, ctx, input)
-            bare = ToolCallInfo(thread, message_id, ctx.tool_call_id, name, 0, None)
+                return await _body(log, (thread, info.execution_id, message_id, name, declared), invoke, ctx, input)
+            effect, policy = declared or (None, None)  # (nothing guards the call: its declaration is its own)
+            bare = ToolCallInfo(thread, message_id, ctx.tool_call_id, name, 0, None, policy, effect)
             with running_call(bare):  # (its effects are attributed to it; the tool points fire in its window)
                 crash_point("tool.before_invoke")
                 _log(log, bare, "start")
                 try:
-                    output = await _body(log, thread, bare.execution_id, message_id, name, invoke, ctx, input)
+                    said = (thread, bare.execution_id, message_id, name, declared)
+                    output = await _body(log, said, invoke, ctx, input)
                 except Exception as exc:
                     _log(log, bare, "end", f"{type(exc).__name__}: {exc}", True)
                     raise
@@ -76,19 +81,32 @@ def witness_function_tools(tools: Iterable[Any], log: ExecutionLog) -> None:
         tool.on_invoke_tool = on_invoke_tool
 
 
-async def _body(log: ExecutionLog, thread: str, eid: str, message_id: str, name: str, invoke: Any, ctx: Any,
-                input: str) -> Any:  # fmt: skip
-    """One run of the body: ``body`` as it begins (the key it can read), ``body_end`` with what it returned."""
+def _declared(tool: Any) -> tuple[str | None, str | None] | None:
+    """The tool's declaration, read by the harness where ``declare()`` keeps it on the tool (its effect class, and
+    the in-doubt policy it puts in force, mapped as for ``@tool``); None: the tool declares nothing there."""
+    found = getattr(tool, "__tenxgraph_declaration__", None)
+    if not isinstance(found, tuple):
+        return None
+    return found[0], declared_policy(found[0], found[1])
+
+
+async def _body(log: ExecutionLog, said: tuple[str, str, str, str, Any], invoke: Any, ctx: Any, input: str) -> Any:
+    """One run of the body (*said*: thread, execution id, message id, tool, declaration): ``body`` as it begins
+    (the key it can read), ``body_end`` with what it returned."""
     from tenxgraph.integrations.openai_agents import current_idempotency_key
 
+    thread, eid, message_id, name, declared = said
     call = call_id_of(message_id, 0)
-    log.write(Entry(thread, eid, "body", name, ikey=current_idempotency_key(), call=call, via=UNDECLARED))
+    effect, policy = declared or (None, None)
+    via = "openai_agents" if declared is not None else UNDECLARED
+    log.write(Entry(thread, eid, "body", name, policy=policy, effect=effect, ikey=current_idempotency_key(),
+                    call=call, via=via))  # fmt: skip
     try:
         output = await invoke(ctx, input)
     except Exception:
-        log.write(Entry(thread, eid, "body_end", name, error=True, call=call, via=UNDECLARED))
+        log.write(Entry(thread, eid, "body_end", name, error=True, call=call, via=via))
         raise
-    log.write(Entry(thread, eid, "body_end", name, fingerprint(output), call=call, via=UNDECLARED, out=preview(output)))
+    log.write(Entry(thread, eid, "body_end", name, fingerprint(output), call=call, via=via, out=preview(output)))
     return output
 
 

@@ -37,7 +37,7 @@ from tenxgraph.ledger import (
 from tenxgraph.state.messages import Message, ToolCallBlock
 from tenxgraph.utils.errors import ConfigError
 
-__all__ = ["call_message_id", "current_idempotency_key", "replay_safe"]
+__all__ = ["DECLARATION", "call_message_id", "current_idempotency_key", "declaration_of", "declare", "replay_safe"]
 
 
 def current_idempotency_key() -> str | None:
@@ -51,6 +51,29 @@ def call_message_id(item_id: str | None, call_id: str) -> str:
     """The ledger's message id of a function call: its response item's id, or its ``call_id`` where the model
     gives the item none of its own."""
     return item_id if item_id and item_id != FAKE_RESPONSES_ID else f"call:{call_id}"
+
+
+#: Where :func:`declare` keeps a function tool's declaration (read by ``replay_safe`` and by a test harness).
+DECLARATION = "__tenxgraph_declaration__"
+
+
+def declare(
+    tool: FunctionTool, *, effect: Effect | str | None = None, on_in_doubt: str | None = None,
+    reconcile: Reconcile | None = None,
+) -> FunctionTool:  # fmt: skip
+    """Declare what *tool* does, as ``@tool`` takes it (checked now): its effect class, in-doubt policy and
+    reconcile function; ``replay_safe`` applies it to every run (a tool declared here is not declared again
+    there). *tool*, declared."""
+    check_policy(on_in_doubt, reconcile, effect)
+    said = Effect.parse(effect)
+    setattr(tool, DECLARATION, (said.value if said is not None else None, on_in_doubt, reconcile))
+    return tool
+
+
+def declaration_of(tool: FunctionTool) -> tuple[str | None, str | None, Reconcile | None]:
+    """What :func:`declare` said of *tool*: effect class, in-doubt policy, reconcile function (all None: nothing)."""
+    found = getattr(tool, DECLARATION, None)
+    return found if isinstance(found, tuple) else (None, None, None)
 
 
 def replay_safe(
@@ -86,14 +109,21 @@ def replay_safe(
         unknown = sorted(set(said) - names)
         if unknown:
             raise ConfigError(f"replay_safe: {unknown} are not function tools of agent {agent.name!r}: {sorted(names)}")
-    policies = {
-        name: (
-            (on_in_doubt or {}).get(name),
-            (reconcile or {}).get(name),
-            check_policy((on_in_doubt or {}).get(name), (reconcile or {}).get(name), (effects or {}).get(name)),
-        )
-        for name in names
-    }
+    told = {*(effects or {}), *(on_in_doubt or {}), *(reconcile or {})}
+    policies: dict[str, tuple[str | None, Reconcile | None, Effect | None]] = {}
+    for tool in agent.tools:
+        if not isinstance(tool, FunctionTool):
+            continue
+        effect, policy, fix = declaration_of(tool)
+        if tool.name in told and hasattr(tool, DECLARATION):
+            raise ConfigError(
+                f"replay_safe: function tool {tool.name!r} is declared twice (declare() on the tool, and "
+                "replay_safe's effects=/on_in_doubt=/reconcile=): say it once"
+            )
+        if tool.name in told:
+            effect = (effects or {}).get(tool.name)
+            policy, fix = (on_in_doubt or {}).get(tool.name), (reconcile or {}).get(tool.name)
+        policies[tool.name] = (policy, fix, check_policy(policy, fix, effect))
     calls = _LedgerCalls(ledger, thread, policies)
     tools = [calls.wrap(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
     return agent.clone(model=JournaledModel(inner, ledger, thread, run_id), tools=tools)
