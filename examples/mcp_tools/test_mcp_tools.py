@@ -68,6 +68,8 @@ def test_mcp_tools_are_replay_safe(crash_run: CrashRun, session: MCPSession, ser
                 assert rows == 1 or (rows == 0 and tool == "open_ticket"), f"{tool} applied {rows} times"
     doubted = [r for m in result.messages for r in m.tool_results if r.status == "in_doubt"]
     assert all("open_ticket" in str(r.output) for r in doubted)
+    failed = [r.output for m in result.messages for r in m.tool_results if r.is_error and r.status != "in_doubt"]
+    assert not failed, f"a call failed: {failed}"  # (no call of this run fails; one that did would skip its effect)
 
 
 @pytest.fixture(scope="module")

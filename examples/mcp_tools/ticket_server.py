@@ -34,12 +34,21 @@ TABLES = (
 )
 
 
-def db() -> sqlite3.Connection:
+def init_db() -> None:
+    """The database made once, before the server serves: WAL (a setting the file keeps) and the tables. (Made
+    by each call's connection instead, two first calls at once could both try to switch a new file to WAL, and
+    one failed with "database is locked": the busy timeout does not cover that switch.)"""
     conn = sqlite3.connect(DB, timeout=30, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    for table in TABLES:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {table}")
-    return conn
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        for table in TABLES:
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {table}")
+    finally:
+        conn.close()
+
+
+def db() -> sqlite3.Connection:
+    return sqlite3.connect(DB, timeout=30, isolation_level=None)
 
 
 def meta_key(ctx: Context[Any, Any]) -> str | None:
@@ -101,6 +110,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args()
     DB = args.db
+    init_db()
     if args.http:
         server.run("streamable-http", host="127.0.0.1", port=args.port)
     else:
