@@ -70,10 +70,7 @@ async def support_loop(
             continue
         if last["role"] == "assistant":
             return history
-        completion = await openai.chat.completions.create(
-            model=MODEL, messages=[request_form(m) for m in history], tools=to_openai_tools([t.schema() for t in tools])
-        )
-        message = {**completion.choices[0].message.model_dump(exclude_none=True), "id": completion.id}
+        message = await ask_model(openai, history, [t.schema() for t in tools])
         conversations.append(thread_id, [message])  # stored before any of its calls runs
         history.append(message)
 
@@ -86,6 +83,14 @@ async def run_calls(
     message = Message.assistant(tool_calls=calls, message_id=assistant["id"])  # keyed by the id stored with it
     executions = await invoke_tool_calls(message, tools, ledger, thread_id, resumed=resumed)
     return [tool_message(e) for e in executions]
+
+
+async def ask_model(openai: Any, history: list[dict[str, Any]], schemas: list[Any]) -> dict[str, Any]:
+    """The model's next message for *history*, with the response's id kept beside it (the loop's ``id``)."""
+    completion = await openai.chat.completions.create(
+        model=MODEL, messages=[request_form(m) for m in history], tools=to_openai_tools(schemas)
+    )
+    return {**completion.choices[0].message.model_dump(exclude_none=True), "id": completion.id}
 
 
 def tool_message(execution: ToolExecution) -> dict[str, Any]:
@@ -137,9 +142,6 @@ async def bare_support_loop(
             continue
         if last["role"] == "assistant":
             return history
-        completion = await openai.chat.completions.create(
-            model=MODEL, messages=[request_form(m) for m in history], tools=to_openai_tools(schemas)
-        )
-        message = {**completion.choices[0].message.model_dump(exclude_none=True), "id": completion.id}
+        message = await ask_model(openai, history, schemas)
         conversations.append(thread_id, [message])
         history.append(message)

@@ -47,6 +47,7 @@ from tenxgraph.core.graph.utils.waiting_lock import waiting_lock
 from tenxgraph.core.tools.context import (
     ToolCallInfo,
     Transaction,
+    current_idempotency_key,
     current_tool_call,
     current_transaction,
     in_transaction,
@@ -81,6 +82,7 @@ __all__ = [
     "Transaction",
     "call_keys",
     "check_policy",
+    "current_idempotency_key",
     "current_tool_call",
     "current_transaction",
     "effect_from_hints",

@@ -108,6 +108,14 @@ def current_tool_call() -> ToolCallInfo | None:
     return scope.call if scope is not None else None
 
 
+def current_idempotency_key() -> str | None:
+    """The idempotency key of the tool call running now through the ledger: the same on every replay and in every
+    process, different for every other call; pass it to the payment or email provider. None outside a protected
+    call (a call no ledger guards, or one without ids)."""
+    call = current_tool_call()
+    return call.idempotency_key if call is not None and call.key is not None else None
+
+
 @contextlib.contextmanager
 def running_node(ctx: RunContext) -> Iterator[None]:
     """The scope of one node's execution (set by the run loop)."""

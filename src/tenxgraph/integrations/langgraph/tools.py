@@ -62,7 +62,7 @@ from tenxgraph.ledger import (
     Reconcile,
     Records,
     check_policy,
-    current_tool_call,
+    current_idempotency_key,
     effect_from_hints,
     invoke_tool_call,
     ledger_key,
@@ -81,15 +81,6 @@ PolicyOf = tuple[str | None, Reconcile | None, Effect | None]
 
 #: Where LangGraph keeps a run's ``durability`` in its config (absent: its default, ``"async"``).
 DURABILITY_KEY = "__pregel_durability"
-
-
-def current_idempotency_key() -> str | None:
-    """The idempotency key of the tool call running now through the ledger: the same on every replay and in every
-    process, different for every other call; pass it to the payment or email provider. None outside a protected
-    call (a bare ``ToolNode``, a call without ids). (LangGraph strips ``InjectedToolArg`` values from tool calls, so
-    the key reaches the tool this way, not as an argument.)"""
-    call = current_tool_call()
-    return call.idempotency_key if call is not None and call.key is not None else None
 
 
 class ToolCallsOptions(TypedDict, total=False):

@@ -31,20 +31,13 @@ from tenxgraph.ledger import (
     ToolExecution,
     ToolOutput,
     check_policy,
-    current_tool_call,
+    current_idempotency_key,
     invoke_tool_call,
 )
 from tenxgraph.state.messages import Message, ToolCallBlock
 from tenxgraph.utils.errors import ConfigError
 
 __all__ = ["DECLARATION", "call_message_id", "current_idempotency_key", "declaration_of", "declare", "replay_safe"]
-
-
-def current_idempotency_key() -> str | None:
-    """The idempotency key of the tool call running now through the ledger: the same on every replay and in every
-    process, different for every other call; pass it to the payment or email provider. None outside one."""
-    call = current_tool_call()
-    return call.idempotency_key if call is not None and call.key is not None else None
 
 
 def call_message_id(item_id: str | None, call_id: str) -> str:

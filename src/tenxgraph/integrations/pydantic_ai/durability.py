@@ -42,7 +42,7 @@ from tenxgraph.ledger import (
     LedgerStore,
     Reconcile,
     check_policy,
-    current_tool_call,
+    current_idempotency_key,
     effect_from_hints,
     waiting_lock,
 )
@@ -50,13 +50,6 @@ from tenxgraph.utils.constants import TOOL_TIMEOUT
 from tenxgraph.utils.errors import ConfigError
 
 __all__ = ["LedgerDurability", "current_idempotency_key"]
-
-
-def current_idempotency_key() -> str | None:
-    """The idempotency key of the tool call running now through the ledger: the same on every replay and in every
-    process, different for every other call; pass it to the payment or email provider. None outside one."""
-    call = current_tool_call()
-    return call.idempotency_key if call is not None and call.key is not None else None
 
 
 @dataclass(init=False, kw_only=True)
