@@ -242,7 +242,7 @@ def test_no_module_is_over_the_limit_and_a_long_one_says_why() -> None:
 
 
 #: The plugin's entry: what pytest loads for every run; each role is a subpackage.
-ENTRY = {"__init__", "plugin", "options", "fixtures", "hookspecs", "reporter"}
+ENTRY = {"__init__", "__main__", "plugin", "options", "fixtures", "hookspecs", "reporter"}
 ROLES = {"matrix", "run", "judge", "report", "conformance"}
 
 

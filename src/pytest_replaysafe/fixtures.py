@@ -223,8 +223,13 @@ class SharedPg:
 
 @pytest.fixture(scope="session")
 def _replaysafe_matrix_pg(request: pytest.FixtureRequest) -> Iterator[SharedPg]:
-    """``REPLAYSAFE_MATRIX_SCHEMA`` names the schema (plus ``_<xdist worker>``); default: a new random name."""
+    """``REPLAYSAFE_MATRIX_SCHEMA`` names the schema (plus ``_s<K>of<N>`` for shard K of N, and ``_<xdist worker>``),
+    so that shards and workers sharing one PostgreSQL and Redis never share tables or keys; default: a new random
+    name."""
     base = os.environ.get("REPLAYSAFE_MATRIX_SCHEMA") or services.new_schema_name("rsm")
+    shard = request.config.stash[settings_key].shard
+    if shard is not None and os.environ.get("REPLAYSAFE_MATRIX_SCHEMA"):
+        base += f"_s{shard.index}of{shard.count}"
     workerinput = getattr(request.config, "workerinput", None)
     shared = SharedPg(f"{base}_{workerinput['workerid']}" if workerinput else base)
     yield shared

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pytest_replaysafe.judge.gaps import GapRule
     from pytest_replaysafe.matrix.orders import Orders
     from pytest_replaysafe.matrix.schedules import Depth
+    from pytest_replaysafe.matrix.shards import Shard
     from pytest_replaysafe.report.replay import Replay
 
 SEED_CACHE_KEY = "replaysafe/seed"
@@ -56,6 +57,9 @@ class Settings:
     #: ``--crash-modes=all``: the whole product (every mode at every point, every storage fault, and the budgeted
     #: contests at every lock window a default run adds; its recovery and prune cells run at every point anyway).
     every_mode: bool = False
+    #: ``--crash-shard=K/N`` and ``--crash-shard-costs``: run only shard K of the plan (:mod:`.matrix.shards`).
+    shard: Shard | None = None
+    shard_costs: Path | None = None
 
     def depth_for(self, marked: dict[str, Any]) -> Depth:
         """A test's depth and budget: the command line's (or ini's), else its marker's ``depth=`` and ``budget=``."""
@@ -150,6 +154,20 @@ def add_options(parser: pytest.Parser) -> None:
         help="storage faults: cache (a stale, future or flushed Redis cache before each resume; the default); "
         "cells of their own at each point: drop (PostgreSQL connections terminated), outage (PostgreSQL "
         "unreachable for a while), redis-down (Redis unreachable), readonly (SQLite writes refused); all; none",
+    )
+    group.addoption(
+        "--crash-shard",
+        default=None,
+        metavar="K/N",
+        help="run shard K of N (1 to N) of one deterministic plan of the matrix (give --crash-seed; the same on "
+        "every machine), each item in exactly one shard; merge the shards' --crash-report files with "
+        "python -m pytest_replaysafe merge",
+    )
+    group.addoption(
+        "--crash-shard-costs",
+        default=None,
+        metavar="REPORT.json",
+        help="balance the shards by each item's seconds in an earlier --crash-report (every shard gives the same)",
     )
     group.addoption("--crash-then", default=None, metavar="POINT@J", help="only this second crash (for a repro)")
     group.addoption(
@@ -267,10 +285,41 @@ def read_settings(config: pytest.Config) -> Settings:
             settings.rate_per_s = parse_rate(settings.rate)
         except ValueError as exc:
             raise pytest.UsageError(f"replaysafe: --crash-rate: {exc}") from None
+    _read_shard(config, settings)
     cache = getattr(config, "cache", None)
     if enabled and cache is not None and not hasattr(config, "workerinput"):
         cache.set(SEED_CACHE_KEY, settings.seed)
     return settings
+
+
+def _read_shard(config: pytest.Config, settings: Settings) -> None:
+    raw, costs = config.getoption("--crash-shard"), config.getoption("--crash-shard-costs")
+    if raw is None:
+        if costs:
+            raise pytest.UsageError("replaysafe: --crash-shard-costs balances shards: give --crash-shard=K/N too")
+        return
+    from pytest_replaysafe.matrix.shards import Shard, ShardError
+
+    try:
+        settings.shard = Shard.parse(str(raw))
+    except ShardError as exc:
+        raise pytest.UsageError(f"replaysafe: {exc}") from None
+    if not settings.enabled:
+        raise pytest.UsageError("replaysafe: --crash-shard splits the crash matrix: give --crash-matrix too")
+    if config.getoption("--crash-seed") in (None, "last") and not hasattr(config, "workerinput"):
+        raise pytest.UsageError(
+            f"replaysafe: --crash-shard={raw}: give the seed as a number (--crash-seed=N), the same to every "
+            "shard: each machine must compute the same plan"
+        )
+    settings.shard_costs = Path(costs) if costs else None
+
+
+def plan_options(config: pytest.Config, settings: Settings) -> dict[str, Any]:
+    """What decides a matrix's cells besides the collected items: part of a shard plan's digest."""
+    given = {n: _option(config, f"crash_{n}") for n in ("points", "backends", "modes", "orders", "depth", "budget")}
+    given["faults"] = _option(config, "crash_faults")
+    given.update({n: config.getoption(f"--crash-{n}") for n in ("hits", "order", "then")})
+    return {"seed": settings.seed, **{k: None if v is None else str(v) for k, v in sorted(given.items())}}
 
 
 def load_registry(config: pytest.Config, settings: Settings) -> None:
@@ -313,6 +362,8 @@ def load_registry(config: pytest.Config, settings: Settings) -> None:
 def header(settings: Settings) -> list[str]:
     """The seed with its repeat line, and (when no backends were named) the backends left out, and why."""
     lines = [f"replaysafe: crash matrix on, seed {settings.seed} (repeat: --crash-seed={settings.seed} or =last)"]
+    if settings.shard is not None:
+        lines.append(f"replaysafe: shard {settings.shard} of the plan (merge: python -m pytest_replaysafe merge)")
     if not settings.backends:
         for name, reason in sorted(settings.unavailable.items()):
             lines += textwrap.wrap(f"replaysafe: backend {name} left out: {reason}", 100, subsequent_indent="  ")

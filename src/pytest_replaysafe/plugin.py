@@ -59,6 +59,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[settings_key] = settings
     if settings.enabled or config.getoption("--crash-list"):
         options.load_registry(config, settings)
+    if settings.shard is not None:
+        from pytest_replaysafe.matrix.shards import Selector
+
+        selector = Selector(settings.shard, options.plan_options(config, settings), settings.shard_costs)
+        config.pluginmanager.register(selector, "replaysafe-shard")
     if settings.enabled and not hasattr(config, "workerinput"):
         from pytest_replaysafe.reporter import MatrixReporter
 

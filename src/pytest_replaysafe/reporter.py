@@ -5,7 +5,6 @@ controller too."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Any
 
@@ -18,7 +17,9 @@ from pytest_replaysafe.judge.exposure import EXPOSURE_PROPERTY, summarize
 from pytest_replaysafe.judge.exposure import lines as exposure_lines
 from pytest_replaysafe.matrix.cells import FAULT_CELL_MODES, MODES, Cell
 from pytest_replaysafe.matrix.schedules import SCHEDULES_PROPERTY, summary_line, totals
+from pytest_replaysafe.matrix.shards import WORKER_KEY
 from pytest_replaysafe.options import Settings
+from pytest_replaysafe.report import files
 from pytest_replaysafe.report import outputs as report
 from pytest_replaysafe.report.progress import Progress
 
@@ -41,9 +42,17 @@ class MatrixReporter:
         self.schedules: list[dict[str, int]] = []  # one depth-2 choice per matrix item (--crash-depth=2)
         self.progress = Progress(settings.progress_every)
         self.quiet = config.get_verbosity() < 0 or settings.progress_every is None
+        self.finished: set[str] = set()  # every item whose teardown was reported (a shard checks its plan)
+        self.shard_plan: dict[str, Any] | None = None
 
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.progress.expect([item.nodeid for item in items if cell_of(item) is not None])
+    def pytest_collection_finish(self, session: pytest.Session) -> None:  # (after every selection: -k, a shard)
+        self.progress.expect([item.nodeid for item in session.items if cell_of(item) is not None])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:  # xdist: a worker's part of the shard plan
+        plan = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+        if plan is not None:
+            self.shard_plan = plan
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -54,6 +63,7 @@ class MatrixReporter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
             return
+        self.finished.add(report.nodeid)
         found = [json.loads(v) for n, v in report.user_properties if n == CELL_PROPERTY and isinstance(v, str)]
         self.cells += found
         self.exposure += [
@@ -83,6 +93,12 @@ class MatrixReporter:
                 terminalreporter.write_line("  (test[point-backend-mode]); run without --collect-only to judge them")
                 return
             terminalreporter.write_line("no crash-matrix cells ran (mark tests with @pytest.mark.crash_matrix)")
+            shard = self.shard_part(len(terminalreporter.stats.get("xfailed", [])))
+            if shard is not None and settings.report is not None:  # (a merge needs every shard's, empty or not)
+                report.write_json(
+                    settings.report, cells, settings.seed, {"rate": settings.rate, "rows": []}, None, shard
+                )
+                terminalreporter.write_line(shard_line(shard, settings.report))
             return
         exposure = summarize(self.exposure, settings.rate_per_s)
         exposure_report = {"rate": settings.rate, "rows": exposure}
@@ -92,26 +108,35 @@ class MatrixReporter:
             terminalreporter.write_line(line)
         for line in exposure_lines(exposure, settings.rate):
             terminalreporter.write_line(line)
-        written = []
-        if settings.report is not None:
-            report.write_json(settings.report, cells, settings.seed, exposure_report, schedules)
-            written.append(settings.report)
-        if settings.markdown is not None:
-            settings.markdown.parent.mkdir(parents=True, exist_ok=True)
-            settings.markdown.write_text(
-                report.markdown(cells, settings.seed) + report.exposure_markdown(exposure, settings.rate)
-            )
-            written.append(settings.markdown)
-        if settings.html is not None:
-            from pytest_replaysafe.report import html
-
-            html.write(settings.html, cells, settings.seed, exposure_report)
-            written.append(settings.html)
-        summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary_path:
-            with open(summary_path, "a", encoding="utf-8") as fh:
-                fh.write(report.markdown(cells, settings.seed) + "\n")
         xfailed = len(terminalreporter.stats.get("xfailed", []))
+        shard = self.shard_part(xfailed)
+        paths = (settings.report, settings.markdown, settings.html)
+        written = files.write_all(cells, settings.seed, exposure_report, schedules, paths, shard)
         depth2 = summary_line(schedules) if schedules is not None else None
         for line in report.closing_lines(cells, written, xfailed, depth2):
             terminalreporter.write_line(line)
+        if shard is not None:
+            terminalreporter.write_line(shard_line(shard, settings.report))
+
+    def shard_part(self, xfailed: int) -> dict[str, Any] | None:
+        """With --crash-shard: the plan's part this run ran, and what a merge needs to make the whole report
+        (the raw exposure and depth-2 samples, which sum; the items planned here but not finished)."""
+        if self.settings.shard is None:
+            return None
+        plan = self.shard_plan
+        selector = self.config.pluginmanager.get_plugin("replaysafe-shard")
+        if plan is None and selector is not None and selector.plan is not None:
+            plan = selector.plan.to_json()
+        if plan is None:  # (no worker reported one: every worker failed before collecting)
+            return {"index": self.settings.shard.index, "count": self.settings.shard.count, "plan": None}
+        unfinished = [nodeid for nodeid in plan["items"] if nodeid not in self.finished]
+        samples = {"exposure_samples": self.exposure, "schedule_samples": self.schedules}
+        return {**plan, "unfinished": unfinished, "xfailed": xfailed, "rate": self.settings.rate, **samples}
+
+
+def shard_line(shard: dict[str, Any], path: Any) -> str:
+    where = path if path is not None else "its --crash-report (none was given: add one)"
+    return (
+        f"shard {shard['index']}/{shard['count']} of plan {shard['plan']}: one part of the matrix; the whole report "
+        f"is the merge of every shard's report: python -m pytest_replaysafe merge {where} ... --out merged.json"
+    )

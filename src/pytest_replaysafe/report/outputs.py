@@ -58,10 +58,14 @@ def write_json(
     seed: int,
     exposure: dict[str, Any] | None = None,
     schedules: dict[str, int] | None = None,
+    shard: dict[str, Any] | None = None,
 ) -> None:
-    """One cell per line: small enough to keep, still readable with ``grep`` and ``jq``."""
+    """One cell per line: small enough to keep, still readable with ``grep`` and ``jq``. A shard's report
+    (``--crash-shard``) carries its part of the plan under ``shard``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = to_json(cells, seed, exposure, schedules)
+    if shard is not None:
+        data["shard"] = shard
     rows = ",\n".join("    " + json.dumps(c, separators=(",", ":")) for c in data.pop("cells"))
     head = json.dumps(data, indent=2)[:-2]  # without the closing brace
     path.write_text(f'{head},\n  "cells": [\n{rows}\n  ]\n}}\n')
