@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("agents")
 
-from examples.openai_agents_support.agent import FINAL, build_agent, run_support
+from examples.openai_agents_support.agent import FINAL, OFFLINE, build_agent, run_support, run_support_streamed
 from pytest_replaysafe.run.effects import Effects
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
 from tenxgraph.utils.errors import ConfigError
@@ -41,6 +41,27 @@ def test_a_resumed_run_replays_its_turns_and_calls_from_another_process(tmp_path
     calls = [c.id for m in first for c in m.tool_calls]
     assert len(calls) == 2 and all(m.message_id.startswith("fc_") for m in first if m.tool_calls)
     assert effects.count("refund") == 1 and effects.count("email") == 1
+
+
+def test_a_streamed_run_is_journaled_and_resumed_streamed_or_not(tmp_path: Path) -> None:
+    """Runner.run_streamed through stream_replay_safe: the same journal as Runner.run (a streamed run resumes
+    unstreamed and back), every event of a live turn passed through, a replayed turn completed from its record."""
+    from tenxgraph.integrations.openai_agents import replay_safe, stream_replay_safe
+
+    effects = Effects(tmp_path / "effects.db")
+    ledger = lambda: SqliteCheckpointer(tmp_path / "ledger.db")  # noqa: E731 - another process's view each time
+    first = asyncio.run(run_support_streamed("run-s", "refund A-1042", agent=build_agent(effects), ledger=ledger()))
+    again = asyncio.run(run_support("run-s", "refund A-1042", agent=build_agent(effects), ledger=ledger()))
+    assert first == again and first[-1].text == FINAL and effects.count("refund") == 1 == effects.count("email")
+
+    async def kinds(run_id: str) -> list[str]:
+        durable = replay_safe(build_agent(effects), ledger=ledger(), run_id=run_id)
+        async with stream_replay_safe(durable, "refund A-1042", run_config=OFFLINE) as result:
+            return [e.data.type async for e in result.stream_events() if e.type == "raw_response_event"]
+
+    live, replayed = asyncio.run(kinds("run-t")), asyncio.run(kinds("run-t"))
+    assert live.count("response.output_item.done") == 3 and live.count("response.completed") == 2
+    assert replayed == ["response.completed", "response.completed"] and effects.count("refund") == 2
 
 
 def test_a_run_resumed_with_another_input_is_refused(tmp_path: Path) -> None:
@@ -176,9 +197,33 @@ MUTANTS: dict[str, tuple[str, str, str | None]] = {
 }
 
 
-def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str, mode: str) -> list[dict[str, Any]]:
+#: The same test on the streamed run (``stream_replay_safe``), and what breaks the streamed path.
+STREAMED = TEST.replace("run_support", "run_support_streamed")
+STREAM_MUTANTS: dict[str, tuple[str, str, str | None]] = {
+    # the streamed turns are not journaled: a resume streams the model again, whose new calls run again
+    "stream_not_journaled": (
+        J + "async def s(self, *a, **k):\n    async for e in self.inner.stream_response(*a, **k):\n        yield e\n"
+        "j.JournaledModel.stream_response = s\n",
+        "a model turn ran again and asked for it anew",
+        "executed 2 times",
+    ),
+    # the streamed run is not taken in turn (Runner.run_streamed without the run's lock)
+    "stream_without_run_lock": (
+        "import contextlib, examples.openai_agents_support.agent as a\nfrom agents import Runner\n"
+        "@contextlib.asynccontextmanager\nasync def s(agent, input, **kw):\n"
+        "    result = Runner.run_streamed(agent, input, **kw)\n    yield result\n"
+        "a.stream_replay_safe = s\n",
+        'send_email(\'{"to": "ada@example.com", "subject": "Your refund"}\') executed ',
+        "a model turn ran again",
+    ),
+}
+
+
+def run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str, mode: str, test: str = TEST
+) -> list[dict[str, Any]]:
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    pytester.makepyfile(test_agent=TEST)
+    pytester.makepyfile(test_agent=test)
     pytester.makeconftest(conftest)
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "--crash-matrix", "--crash-backends=sqlite",
                                   f"--crash-modes={mode}", "--crash-report=matrix.json")  # fmt: skip
@@ -197,11 +242,25 @@ def test_a_broken_integration_is_caught_for_its_own_reason(
     assert all(reason in d and (not_said is None or not_said not in d) for d in details), details
 
 
+@pytest.mark.parametrize("mutant", sorted(STREAM_MUTANTS))
+def test_a_broken_streamed_path_is_caught_for_its_own_reason(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mutant: str
+) -> None:
+    patch, reason, not_said = STREAM_MUTANTS[mutant]
+    mode = "resumers" if mutant == "stream_without_run_lock" else "inprocess"
+    cells = run(pytester, monkeypatch, patch, mode, STREAMED)
+    caught = [c for c in cells if c["outcome"] == "violation"]
+    assert caught, [(c["point"], c["outcome"], c.get("detail")) for c in cells]
+    details = [c["detail"] for c in caught]
+    assert all(reason in d and (not_said is None or not_said not in d) for d in details), details
+
+
+@pytest.mark.parametrize("test", ["run", "streamed"])
 @pytest.mark.parametrize("mode", ["inprocess", "resumers"])
 def test_the_integration_as_it_is_fails_no_cell(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str, test: str
 ) -> None:
-    cells = run(pytester, monkeypatch, "", mode)
+    cells = run(pytester, monkeypatch, "", mode, STREAMED if test == "streamed" else TEST)
     assert cells and {c["outcome"] for c in cells} <= {"protected", "known_gap", "in_doubt_handled"}, cells
 
 

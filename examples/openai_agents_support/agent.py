@@ -3,6 +3,7 @@ on every answer, as a provider's) asks for two parallel function calls, a refund
 
 - :func:`run_support` (the after): the agent made replay-safe for the run (``replay_safe``): its model's turns
   journaled, its function calls through the ledger. Resumed by running it again with the same run id.
+  :func:`run_support_streamed`: the same run streamed (``Runner.run_streamed``), as a UI shows it.
 - :func:`run_bare` (the before): the SDK alone, with a session (``SQLiteSession``) that saves the run's items;
   after a crash its user runs the agent again on the session, and the turn's calls run again."""
 
@@ -15,13 +16,21 @@ from agents import Agent, FunctionTool, RunConfig, Runner, SQLiteSession, functi
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.usage import Usage
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseFunctionToolCall,
+    ResponseOutputItemDoneEvent,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 
 from tenxgraph.integrations.openai_agents import (
     current_idempotency_key,
     declare,
     replay_safe,
     run_replay_safe,
+    stream_replay_safe,
     to_messages,
 )
 from tenxgraph.ledger import LedgerStore
@@ -48,8 +57,15 @@ class ScriptedModel(Model):
         ]
         return ModelResponse(output=calls, usage=Usage(requests=1), response_id=f"resp_{uuid.uuid4().hex}")
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the scripted model does not stream")
+    async def stream_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
+        """The same answer, streamed as a provider streams it: each output item done, then the response."""
+        answer = await self.get_response(system_instructions, input)
+        for n, item in enumerate(answer.output):
+            yield ResponseOutputItemDoneEvent(item=item, output_index=n, sequence_number=n,
+                                              type="response.output_item.done")  # fmt: skip
+        response = Response(id=answer.response_id or "resp", created_at=0.0, model="scripted", object="response",
+                            output=answer.output, parallel_tool_calls=True, tool_choice="auto", tools=[])  # fmt: skip
+        yield ResponseCompletedEvent(response=response, sequence_number=len(answer.output), type="response.completed")
 
 
 def _call(name: str, arguments: str) -> ResponseFunctionToolCall:
@@ -87,6 +103,15 @@ async def run_support(thread_id: str, prompt: str, *, agent: Agent[Any], ledger:
     """The run *thread_id* (its run id and ledger thread), started or resumed: its conversation."""
     durable = replay_safe(agent, ledger=ledger, run_id=thread_id)
     result = await run_replay_safe(durable, prompt, run_config=OFFLINE)  # (resumers of one run: in turn)
+    return to_messages(result)
+
+
+async def run_support_streamed(thread_id: str, prompt: str, *, agent: Agent[Any], ledger: LedgerStore) -> list[Message]:
+    """:func:`run_support`, streamed (``Runner.run_streamed``): its events read as a UI would, under the run's lock."""
+    durable = replay_safe(agent, ledger=ledger, run_id=thread_id)
+    async with stream_replay_safe(durable, prompt, run_config=OFFLINE) as result:
+        async for _event in result.stream_events():
+            pass  # (a UI shows them)
     return to_messages(result)
 
 

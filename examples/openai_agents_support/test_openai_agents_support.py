@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("agents", reason="the openai-agents extra is not installed: pip install '.[openai-agents]'")
 
-from examples.openai_agents_support.agent import FINAL, build_agent, run_bare, run_support
+from examples.openai_agents_support.agent import FINAL, build_agent, run_bare, run_support, run_support_streamed
 from pytest_replaysafe import CrashRun, Effects, ReplaySafetyViolation
 
 PROMPT = {"prompt": "Please refund order A-1042 and let the customer know."}
@@ -28,6 +28,18 @@ def test_replay_safe_agent(crash_run: CrashRun, effects: Effects) -> None:
     never run again; the email runs again under the same idempotency key (deduplicated); the refund, caught in
     flight, is in doubt and not run again (the model is told it failed)."""
     run = partial(run_support, agent=build_agent(effects), ledger=crash_run.checkpointer)
+    check(crash_run, effects, run)
+
+
+@pytest.mark.crash_matrix(framework="openai_agents", backends="sqlite,postgres", modes="inprocess,sigkill,resumers")
+def test_replay_safe_agent_streamed(crash_run: CrashRun, effects: Effects) -> None:
+    """The same run streamed (``Runner.run_streamed`` under ``stream_replay_safe``), its events read as a UI
+    reads them: each streamed model turn is journaled before its calls run, and a resume streams it from there."""
+    run = partial(run_support_streamed, agent=build_agent(effects), ledger=crash_run.checkpointer)
+    check(crash_run, effects, run)
+
+
+def check(crash_run: CrashRun, effects: Effects, run: partial[object]) -> None:
     conversation = crash_run.invoke(run, PROMPT)
     assert conversation.final_text == FINAL
     sent = {kind: effects.count(kind, thread_id=crash_run.thread_id) for kind in ("refund", "email")}

@@ -2,11 +2,8 @@
 
 A cell is one crash point on one backend in one mode; when it runs, it first does a clean run to count how often
 its point is reached, then crashes and resumes once per hit, running the test body once per hit (each hit is
-reported as its own cell).
-
-(Past the ~350-line guide: expansion reads top to bottom with the tables it uses, our runtime's and a LangGraph
-app's points and modes, the backends and the lock windows.)
-"""
+reported as its own cell). (Past the ~350-line guide: expansion reads top to bottom with the tables it uses, the
+frameworks' points and modes, the backends and the lock windows.)"""
 
 from __future__ import annotations
 
@@ -331,6 +328,8 @@ PYDANTIC_AI_MODES = ("inprocess", "sigkill", "stream", "resumers")
 LOOP_MODES = ("inprocess", "sigkill")
 _MODES = {"langgraph": LANGGRAPH_MODES, "pydantic_ai": PYDANTIC_AI_MODES, "loop": LOOP_MODES,
           "openai_agents": (*LOOP_MODES, "resumers")}  # fmt: skip
+#: Where ``resumers`` resume the crashed run itself (no pause to answer, so no ``approvals`` fixture needed).
+RUN_RESUMERS = frozenset({("pydantic_ai", "resumers"), ("openai_agents", "resumers")})
 _NAMES = {"langgraph": "a LangGraph app", "pydantic_ai": "a Pydantic AI agent", "loop": "a plain loop",
           "openai_agents": "an OpenAI Agents SDK agent"}  # fmt: skip
 
@@ -386,7 +385,8 @@ def expand(metafunc: pytest.Metafunc, settings: Selection) -> None:
     if marked_modes and settings.modes:
         modes = [m for m in modes if m in settings.modes]
     if settings.every_mode:  # (a mode that needs a fixture runs where the test has it, as in a default run)
-        modes = [m for m in modes if FIXTURE_MODES.get(m) in (None, *metafunc.fixturenames)]
+        has = (None, *metafunc.fixturenames)
+        modes = [m for m in modes if FIXTURE_MODES.get(m) in has or (framework, m) in RUN_RESUMERS]
     if own:  # what the options ask for that the framework's app has (our runtime's points and modes it has not)
         if not split_names(opts.get("points")):
             points = [p for p in points if p in own[0]]

@@ -11,8 +11,12 @@
   any process.
 - :func:`run_replay_safe`: ``Runner.run`` of such a copy under its run's lock: k processes that resume one run at
   once (or answer one pause from a ``RunState``) take it in turn, each later one replaying what the first did.
+  :func:`stream_replay_safe`: the same for ``Runner.run_streamed`` (the model's streamed turns journaled too).
 - :func:`declare`: a function tool's effect class, in-doubt policy and reconcile function, declared on the tool
   (``replay_safe`` applies it to every run; a test harness reads it before the first).
+- MCP servers (``Agent(mcp_servers=[...])``): their tools run through the ledger too, each one's effect class
+  from its MCP annotations (:mod:`.mcp`); :func:`idempotency_meta`, given to a server as its
+  ``tool_meta_resolver``, sends each call's idempotency key in the request's ``_meta``.
 - :func:`current_idempotency_key`: the key of the tool call running now, for the payment or email provider.
 - :func:`to_messages`: a run's conversation (its input and ``result.raw_responses`` / ``result.new_items``) as
   tenxgraph messages, each call under the ledger's id for it.
@@ -29,18 +33,30 @@ from tenxgraph.utils.lazy import lazy_names
 
 if TYPE_CHECKING:
     from tenxgraph.integrations.openai_agents.journal import JournaledModel
+    from tenxgraph.integrations.openai_agents.mcp import idempotency_meta
     from tenxgraph.integrations.openai_agents.messages import to_messages
-    from tenxgraph.integrations.openai_agents.runs import run_replay_safe
+    from tenxgraph.integrations.openai_agents.runs import run_replay_safe, stream_replay_safe
     from tenxgraph.integrations.openai_agents.tools import current_idempotency_key, declare, replay_safe
 
-__all__ = ["JournaledModel", "current_idempotency_key", "declare", "replay_safe", "run_replay_safe", "to_messages"]
+__all__ = [
+    "JournaledModel",
+    "current_idempotency_key",
+    "declare",
+    "idempotency_meta",
+    "replay_safe",
+    "run_replay_safe",
+    "stream_replay_safe",
+    "to_messages",
+]
 _WHERE = {
     "JournaledModel": "tenxgraph.integrations.openai_agents.journal",
     "to_messages": "tenxgraph.integrations.openai_agents.messages",
+    "idempotency_meta": "tenxgraph.integrations.openai_agents.mcp",
     "current_idempotency_key": "tenxgraph.integrations.openai_agents.tools",
     "declare": "tenxgraph.integrations.openai_agents.tools",
     "replay_safe": "tenxgraph.integrations.openai_agents.tools",
     "run_replay_safe": "tenxgraph.integrations.openai_agents.runs",
+    "stream_replay_safe": "tenxgraph.integrations.openai_agents.runs",
 }
 
 

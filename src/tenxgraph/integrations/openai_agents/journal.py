@@ -6,7 +6,11 @@ Recorded: the response is answered from the record, and the model is not asked; 
 with the same item ids and ``call_id``\\s, so the ledger finds their records. First write wins: two processes
 resuming one run go on with the response recorded first. Each record keeps a digest of the run's first input
 item: a resume given another input is refused (``ConfigError``), not answered with the first input's turns.
-A replayed turn reports no usage (nothing was spent on it again)."""
+A replayed turn reports no usage (nothing was spent on it again).
+
+A streamed run (``Runner.run_streamed``) is journaled the same way: the model's events pass through as they come,
+and its response is recorded before the event that completes it reaches the runner (so before any of its calls
+runs); a replayed turn streams that one completed event, with the recorded output, and no deltas."""
 
 from __future__ import annotations
 
@@ -15,9 +19,10 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agents.items import ModelResponse, TResponseOutputItem
+from agents.items import ModelResponse, TResponseOutputItem, TResponseStreamEvent
 from agents.models.interface import Model
 from agents.usage import Usage
+from openai.types.responses import Response, ResponseCompletedEvent, ResponseOutputItemDoneEvent
 from pydantic import TypeAdapter
 
 from tenxgraph.ledger import LedgerStore, probe
@@ -53,6 +58,31 @@ class JournaledModel(Model):
         if found is not None:
             return self._replayed(found, prompt)
         response = await self.inner.get_response(system_instructions, input, *args, **kwargs)
+        return await self._record(key, response, prompt) or response
+
+    async def stream_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        key, prompt = model_key(self.run_id, input), input_fingerprint(input)
+        found = (await self.ledger.aget_tool_results(self.thread, [key])).get(key)
+        if found is not None:
+            yield completed(self._replayed(found, prompt))
+            return
+        done: list[TResponseOutputItem] = []  # (some providers complete with an empty output, items sent before)
+        async for event in self.inner.stream_response(system_instructions, input, *args, **kwargs):
+            if isinstance(event, ResponseOutputItemDoneEvent):
+                done.append(event.item)
+            if not isinstance(event, ResponseCompletedEvent):
+                yield event
+                continue
+            output = list(event.response.output) or done
+            response = ModelResponse(output=output, usage=Usage(), response_id=event.response.id)
+            winner = await self._record(key, response, prompt)
+            yield event if winner is None else completed(winner)
+
+    async def _record(self, key: str, response: ModelResponse, prompt: str) -> ModelResponse | None:
+        """Record *response* under *key*: None when it was recorded, else the response another resumer recorded
+        first (the one to go on with)."""
         probe.point("openai_agents.after_model_response")
         record: dict[str, JSON] = {
             "v": 1,
@@ -63,8 +93,8 @@ class JournaledModel(Model):
         }
         if await self.ledger.aput_tool_result(self.thread, key, record):
             probe.point("openai_agents.after_model_record")
-            return response
-        winner = (await self.ledger.aget_tool_results(self.thread, [key]))[key]  # (another resumer was first)
+            return None
+        winner = (await self.ledger.aget_tool_results(self.thread, [key]))[key]
         return self._replayed(winner, prompt)
 
     def _replayed(self, record: dict[str, Any], prompt: str) -> ModelResponse:
@@ -77,11 +107,14 @@ class JournaledModel(Model):
         output = [_OUTPUT.validate_python(item) for item in record["output"]]
         return ModelResponse(output=output, usage=Usage(), response_id=record.get("response_id"))
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        raise ConfigError(
-            "a replay-safe OpenAI Agents SDK run is not streamed yet (its streamed responses are not journaled): "
-            "run it with Runner.run, not Runner.run_streamed"
-        )
-
     async def close(self) -> None:
         await self.inner.close()
+
+
+def completed(response: ModelResponse) -> ResponseCompletedEvent:
+    """The stream event that completes a recorded *response* (what a replayed streamed turn sends)."""
+    done = Response(
+        id=response.response_id or "replayed", created_at=0.0, model="replayed", object="response",
+        output=list(response.output), parallel_tool_calls=True, tool_choice="auto", tools=[],
+    )  # fmt: skip
+    return ResponseCompletedEvent(response=done, sequence_number=0, type="response.completed")

@@ -12,6 +12,7 @@ and it never runs again. A call the ledger settles in doubt tells the model so, 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +33,7 @@ from tenxgraph.ledger import (
     ToolOutput,
     check_policy,
     current_idempotency_key,
+    effect_from_hints,
     invoke_tool_call,
 )
 from tenxgraph.state.messages import Message, ToolCallBlock
@@ -98,11 +100,15 @@ def replay_safe(
         )
     thread = thread_id or run_id
     names = {t.name for t in agent.tools if isinstance(t, FunctionTool)}
-    for said in (effects or {}, on_in_doubt or {}, reconcile or {}):
-        unknown = sorted(set(said) - names)
-        if unknown:
-            raise ConfigError(f"replay_safe: {unknown} are not function tools of agent {agent.name!r}: {sorted(names)}")
     told = {*(effects or {}), *(on_in_doubt or {}), *(reconcile or {})}
+    if not agent.mcp_servers and told - names:  # (with MCP servers: their tools are known at the first turn)
+        unknown = sorted(told - names)
+        raise ConfigError(f"replay_safe: {unknown} are not function tools of agent {agent.name!r}: {sorted(names)}")
+    if agent.mcp_servers and type(agent) is not Agent:
+        raise ConfigError(
+            f"replay_safe: agent {agent.name!r} is a {type(agent).__name__} with MCP servers: only an agents.Agent's "
+            "MCP tools can be run through the ledger"
+        )
     policies: dict[str, tuple[str | None, Reconcile | None, Effect | None]] = {}
     for tool in agent.tools:
         if not isinstance(tool, FunctionTool):
@@ -118,8 +124,17 @@ def replay_safe(
             policy, fix = (on_in_doubt or {}).get(tool.name), (reconcile or {}).get(tool.name)
         policies[tool.name] = (policy, fix, check_policy(policy, fix, effect))
     calls = _LedgerCalls(ledger, thread, policies)
+    for name in sorted(told - names):  # MCP tools', checked when the servers list their tools
+        policy, fix = (on_in_doubt or {}).get(name), (reconcile or {}).get(name)
+        calls.declared[name] = (policy, fix, check_policy(policy, fix, (effects or {}).get(name)))
     tools = [calls.wrap(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
-    return agent.clone(model=JournaledModel(inner, ledger, thread, run_id), tools=tools)
+    durable = agent.clone(model=JournaledModel(inner, ledger, thread, run_id), tools=tools)
+    if not agent.mcp_servers:
+        return durable
+    from tenxgraph.integrations.openai_agents.mcp import LedgerMcpAgent
+
+    given = {f.name: getattr(durable, f.name) for f in dataclasses.fields(durable) if f.init}
+    return LedgerMcpAgent(**given, ledger_calls=calls)
 
 
 class _LedgerCalls:
@@ -130,6 +145,29 @@ class _LedgerCalls:
     ) -> None:
         self.ledger, self.thread, self.policies = ledger, thread, policies
         self.groups = CallGroups()
+        #: Declared per run for tools the agent does not have before its MCP servers list theirs.
+        self.declared: dict[str, tuple[str | None, Reconcile | None, Effect | None]] = {}
+        self.listed = False
+
+    async def learn_mcp(self, servers: list[Any], run_context: Any, agent: Any) -> None:
+        """Once per run: each MCP tool's policy, from the run's declaration or the tool's annotations (as the
+        servers list them)."""
+        if self.listed:
+            return
+        for server in servers:
+            for listed in await server.list_tools(run_context, agent):
+                if listed.name in self.policies:
+                    continue
+                hints = listed.annotations.model_dump() if listed.annotations is not None else {}
+                said = self.declared.get(listed.name)
+                self.policies[listed.name] = said or (None, None, effect_from_hints(hints) or Effect.EXTERNAL)
+        unknown = sorted(set(self.declared) - set(self.policies))
+        if unknown:
+            raise ConfigError(
+                f"replay_safe: {unknown} are neither function tools of the agent nor tools its MCP servers list: "
+                f"{sorted(self.policies)}"
+            )
+        self.listed = True
 
     def wrap(self, tool: FunctionTool) -> FunctionTool:
         invoke = tool.on_invoke_tool
@@ -155,7 +193,7 @@ class _LedgerCalls:
                 raise
             return ToolOutput(_recordable(output))
 
-        on_in_doubt, reconcile, effect = self.policies[name]
+        on_in_doubt, reconcile, effect = self.policies.get(name, (None, None, Effect.EXTERNAL))  # (unlisted: safe)
         params = {"type": "object", "properties": {arg: {} for arg in _args(input)}}
         ledger_tool = Tool(name=name, description="", fn=run, parameters=params, is_async=True,
                            on_in_doubt=on_in_doubt, reconcile=reconcile, effect=effect)  # fmt: skip
