@@ -55,8 +55,9 @@ DEMO_BACKENDS = memory,sqlite$${REPLAYSAFE_PG_DSN:+,postgres}$${REPLAYSAFE_REDIS
 help:
 	@echo "make demo       the crash matrix over examples/ on the embedded backends (no server; about 20 s)"
 	@echo "make test       the whole suite (PostgreSQL and Redis through REPLAYSAFE_PG_DSN / REPLAYSAFE_REDIS_URL)"
-	@echo "make gate       the whole product: every mode, point, fault and backend, then depth 2 (what CI runs)"
-	@echo "                (GATE_SHARD=K/N: shard K of N, on machine K; then make gate-merge GATE_SHARDS=N)"
+	@echo "make gate       the whole product: every mode, point, fault and backend, then depth 2 (what CI runs);"
+	@echo "                GATE_SHARD=K/N runs shard K of N of it (on machine K of N)"
+	@echo "make gate-merge every shard's gate reports into gate.json and gate-depth2.json (GATE_SHARDS=N)"
 	@echo "make bench      ours against LangGraph, shape by shape, and the server under chaos (docs/benchmarks.md)"
 	@echo "make lint       ruff check and format check;  make typecheck: mypy --strict;  make check: all three"
 	@echo "make clean      remove the venvs and the reports"

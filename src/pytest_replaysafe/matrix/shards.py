@@ -126,11 +126,12 @@ def _pieces(members: Sequence[tuple[str, float]], most: float) -> list[list[tupl
 
 def assign(items: Sequence[Item], count: int, costs: Mapping[str, float] | None = None) -> dict[str, int]:
     """Each item's shard (1 to *count*): groups kept whole up to half a shard's share, dealt largest first to the
-    shard with the least cost so far. The same *items* and *costs* give the same answer on every machine."""
+    shard with the least cost so far. The same *items* and *costs* give the same answer on every machine, in
+    whatever order they were collected."""
     known = [c for c in (costs or {}).values() if c > 0]
     fallback = statistics.median(known) if known else 1.0
     groups: dict[str, list[tuple[str, float]]] = {}
-    for item in items:
+    for item in sorted(items, key=lambda i: (i.group, i.nodeid)):  # (not the collection's order: a plugin may shuffle)
         cost = (costs or {}).get(item.nodeid) or fallback
         groups.setdefault(item.group, []).append((item.nodeid, cost))
     share = sum(c for members in groups.values() for _, c in members) / count
