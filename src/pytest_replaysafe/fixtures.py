@@ -176,6 +176,9 @@ def approvals(replaysafe_workdir: Path) -> Approvals:
 
 
 BACKEND_NAMES = ("memory", "sqlite", "postgres", "postgres+redis")
+#: Seconds an idle connection beyond the first stays in a matrix worker's pools: a cell's burst (a contest, parallel
+#: calls) is over by then, and workers that kept each pool full would outgrow PostgreSQL's connections together.
+POOL_IDLE_S = 1.0
 
 
 @pytest.fixture(params=BACKEND_NAMES)
@@ -206,7 +209,9 @@ class SharedPg:
         if (redis_url, proxied) not in self.made:
             pg = proxied_dsn(dsn, self.proxies) if proxied == "outage" else dsn
             url = proxied_redis_url(redis_url, self.proxies) if proxied == "redis-down" and redis_url else redis_url
-            cp = PgCheckpointer(postgres_dsn=pg, redis_url=url, schema=self.schema, run_lease=MATRIX_LEASE_S)
+            cp = PgCheckpointer(
+                postgres_dsn=pg, redis_url=url, schema=self.schema, run_lease=MATRIX_LEASE_S, pool_max_idle=POOL_IDLE_S
+            )
             self.made[redis_url, proxied] = (cp, redis_url)
         return self.made[redis_url, proxied][0]
 

@@ -81,8 +81,8 @@ class PgCheckpointer(CacheMethods, BaseCheckpointer):
     ) -> None:
         """Exactly one of *postgres_dsn* or *pool* (yours: then you open and close it); a Redis cache from
         *redis_url* or *redis* if you want one; tables in *schema*. The tuning *settings* (``cache_ttl``,
-        ``max_pool_size``, ``retries``, ``connect_timeout``, ``auto_setup``, ``run_lease``) are described in
-        :class:`.pg_settings.PgSettings`."""
+        ``max_pool_size``, ``pool_max_idle``, ``retries``, ``connect_timeout``, ``auto_setup``, ``run_lease``) are
+        described in :class:`.pg_settings.PgSettings`."""
         if (postgres_dsn is None) == (pool is None):
             raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pool=")
         if redis_url is not None and redis is not None:

@@ -69,6 +69,7 @@ class PgPool:
                     self.dsn,
                     min_size=1,
                     max_size=self.settings.max_pool_size,
+                    max_idle=self.settings.pool_max_idle,
                     open=False,
                     kwargs={"autocommit": True},
                     timeout=timeout,

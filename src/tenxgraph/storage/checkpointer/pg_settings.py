@@ -16,6 +16,7 @@ class PgSettingsArgs(TypedDict, total=False):
 
     cache_ttl: int
     max_pool_size: int
+    pool_max_idle: float
     retries: int
     connect_timeout: float
     auto_setup: bool
@@ -28,6 +29,9 @@ class PgSettings:
     cache_ttl: int = 3600
     #: Connections in the pool (a run holds one for its run lock).
     max_pool_size: int = 10
+    #: Seconds a connection beyond the first may sit idle in the pool before it is closed (psycopg_pool's
+    #: ``max_idle``; the pool shrinks by one such connection per period): lower it where bursts are short.
+    pool_max_idle: float = 600.0
     #: More attempts after a transient failure (see :mod:`.pg_connect`).
     retries: int = 3
     #: Seconds to wait for a connection, per attempt.
@@ -51,6 +55,11 @@ class PgSettings:
 
     def check(self) -> None:
         retries, timeout, lease, ttl = self.retries, self.connect_timeout, self.run_lease, self.cache_ttl
+        size, idle = self.max_pool_size, self.pool_max_idle
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(f"max_pool_size must be a whole number >= 1, got {size!r}")
+        if isinstance(idle, bool) or not isinstance(idle, int | float) or idle <= 0:
+            raise ConfigError(f"pool_max_idle must be a number of seconds > 0, got {idle!r}")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ConfigError(f"retries must be a whole number >= 0, got {retries!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
