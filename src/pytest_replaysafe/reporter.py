@@ -11,10 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_replaysafe.fixtures import CELL_PROPERTY
-from pytest_replaysafe.judge.coverage import lines as coverage_lines
-from pytest_replaysafe.judge.coverage import summarize as summarize_coverage
 from pytest_replaysafe.judge.exposure import EXPOSURE_PROPERTY, summarize
-from pytest_replaysafe.judge.exposure import lines as exposure_lines
 from pytest_replaysafe.matrix.cells import FAULT_CELL_MODES, MODES, Cell
 from pytest_replaysafe.matrix.schedules import SCHEDULES_PROPERTY, summary_line, totals
 from pytest_replaysafe.matrix.shards import WORKER_KEY
@@ -85,33 +82,28 @@ class MatrixReporter:
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         settings = self.settings
-        cells = sorted(self.cells, key=lambda c: (c["test"], c["point"], c["backend"], c["mode"], c["hit"]))
+        cells = sorted(self.cells, key=report.cell_order)
         terminalreporter.section(f"replaysafe crash matrix (seed {settings.seed})")
+        if not cells and config.option.collectonly:  # (the items are the cells: collected, not run)
+            terminalreporter.write_line("collected only: each crash-matrix item above is one cell")
+            terminalreporter.write_line("  (test[point-backend-mode]); run without --collect-only to judge them")
+            return
+        xfailed = len(terminalreporter.stats.get("xfailed", []))
+        shard = self.shard_part(xfailed)
         if not cells:
-            if config.option.collectonly:  # (the items are the cells: collected, not run)
-                terminalreporter.write_line("collected only: each crash-matrix item above is one cell")
-                terminalreporter.write_line("  (test[point-backend-mode]); run without --collect-only to judge them")
-                return
             terminalreporter.write_line("no crash-matrix cells ran (mark tests with @pytest.mark.crash_matrix)")
-            shard = self.shard_part(len(terminalreporter.stats.get("xfailed", [])))
             if shard is not None and settings.report is not None:  # (a merge needs every shard's, empty or not)
-                report.write_json(
-                    settings.report, cells, settings.seed, {"rate": settings.rate, "rows": []}, None, shard
+                files.write_all(
+                    [], settings.seed, {"rate": settings.rate, "rows": []}, None, (settings.report, None, None), shard
                 )
                 terminalreporter.write_line(shard_line(shard, settings.report))
             return
-        exposure = summarize(self.exposure, settings.rate_per_s)
-        exposure_report = {"rate": settings.rate, "rows": exposure}
+        exposure = {"rate": settings.rate, "rows": summarize(self.exposure, settings.rate_per_s)}
         schedules = totals(self.schedules) if self.schedules else None
-        covered = coverage_lines(summarize_coverage(cells))
-        for line in report.text_grid(cells) + covered + report.failure_lines(cells):
+        for line in report.matrix_lines(cells, exposure):
             terminalreporter.write_line(line)
-        for line in exposure_lines(exposure, settings.rate):
-            terminalreporter.write_line(line)
-        xfailed = len(terminalreporter.stats.get("xfailed", []))
-        shard = self.shard_part(xfailed)
         paths = (settings.report, settings.markdown, settings.html)
-        written = files.write_all(cells, settings.seed, exposure_report, schedules, paths, shard)
+        written = files.write_all(cells, settings.seed, exposure, schedules, paths, shard)
         depth2 = summary_line(schedules) if schedules is not None else None
         for line in report.closing_lines(cells, written, xfailed, depth2):
             terminalreporter.write_line(line)

@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from pytest_replaysafe.matrix import report_file
+
 SHARD_OPTION = "--crash-shard"
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
@@ -98,13 +100,9 @@ def group_of(nodeid: str, backend: str | None) -> str:
 def read_costs(path: Path) -> dict[str, float]:
     """Seconds per item (its cells' ``duration_s`` summed) from an earlier ``--crash-report``."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ShardError(
-            f"--crash-shard-costs={path}: cannot read it ({exc}); give an earlier run's --crash-report JSON"
-        ) from exc
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        raise ShardError(f"--crash-shard-costs={path} is not a crash-matrix report (no 'cells'): give a --crash-report")
+        data = report_file.read(path)
+    except report_file.ReportFileError as exc:
+        raise ShardError(f"--crash-shard-costs={path}: {exc}; give an earlier run's --crash-report JSON") from exc
     costs: dict[str, float] = {}
     for cell in data["cells"]:
         costs[str(cell["test"])] = costs.get(str(cell["test"]), 0.0) + float(cell.get("duration_s") or 0.0)

@@ -13,12 +13,13 @@ known gap named differently, a thread-race cell that moved, is printed for a per
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from pytest_replaysafe.matrix import report_file
 
 #: Outcomes of a cell that held, and of one that failed (see :class:`pytest_replaysafe.judge.outcome.Outcome`).
 HELD = frozenset({"protected", "exactly_once", "in_doubt_handled"})
@@ -33,11 +34,9 @@ def key(cell: Mapping[str, Any]) -> Key:
 
 def cells(path: Path) -> dict[Key, Mapping[str, Any]]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"compare: cannot read the report {path}: {exc}; give a --crash-report JSON file") from exc
-    if not isinstance(data, dict) or "cells" not in data:
-        raise SystemExit(f"compare: {path} is not a crash-matrix report (no 'cells'); give a --crash-report file")
+        data = report_file.read(path)
+    except report_file.ReportFileError as exc:
+        raise SystemExit(f"compare: {exc}; give a --crash-report JSON file") from exc
     return {key(c): c for c in data["cells"]}
 
 

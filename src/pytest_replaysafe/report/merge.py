@@ -13,27 +13,25 @@ smallest failing schedule first) and closing lines. Exit status: 0 proved, 1 a f
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_replaysafe.judge.outcome import Outcome
+from pytest_replaysafe.matrix import report_file
+from pytest_replaysafe.report import outputs
 
 
 class MergeError(Exception):
     """A merge that would not equal an unsharded run; the message names the report and what to do."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Part:
     path: Path
     data: dict[str, Any]
-
-    @property
-    def shard(self) -> dict[str, Any]:
-        return dict(self.data["shard"])
+    shard: dict[str, Any]
 
     @property
     def name(self) -> str:
@@ -42,11 +40,9 @@ class Part:
 
 def load(path: Path) -> Part:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise MergeError(f"cannot read {path}: {exc}; give each shard's --crash-report JSON") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        raise MergeError(f"{path} is not a crash-matrix report (no 'cells'): give each shard's --crash-report")
+        data = report_file.read(path)
+    except report_file.ReportFileError as exc:
+        raise MergeError(f"{exc}: give each shard's --crash-report JSON") from exc
     shard = data.get("shard")
     if not isinstance(shard, dict):
         raise MergeError(f"{path} is not a shard's report (no 'shard'): it came from a run without --crash-shard=K/N")
@@ -55,7 +51,7 @@ def load(path: Path) -> Part:
             f"{path}: shard {shard.get('index')}/{shard.get('count')} collected no tests (its workers failed "
             "before collecting): run it again"
         )
-    return Part(path, data)
+    return Part(path, data, shard)
 
 
 def check(parts: Sequence[Part]) -> None:
@@ -115,7 +111,7 @@ def merge(parts: Sequence[Part]) -> Merged:
         raise MergeError(f"the shards assumed different --crash-rate values ({', '.join(sorted(rates))}): give one")
     rate = rates.pop()
     cells = [cell for part in parts for cell in part.data["cells"]]
-    cells.sort(key=lambda c: (c["test"], c["point"], c["backend"], c["mode"], c["hit"], c.get("order", 0)))
+    cells.sort(key=outputs.cell_order)
     samples = [s for part in parts for s in part.shard.get("exposure_samples") or []]
     depth2 = [s for part in parts for s in part.shard.get("schedule_samples") or []]
     return Merged(
@@ -129,15 +125,11 @@ def merge(parts: Sequence[Part]) -> Merged:
 
 def terminal_lines(merged: Merged, written: Sequence[Path]) -> list[str]:
     """What the last shard's terminal would have shown for the whole matrix."""
-    from pytest_replaysafe.judge import coverage, exposure
     from pytest_replaysafe.matrix.schedules import summary_line
-    from pytest_replaysafe.report import outputs
 
-    cells = merged.cells
-    lines = outputs.text_grid(cells) + coverage.lines(coverage.summarize(cells)) + outputs.failure_lines(cells)
-    lines += exposure.lines(merged.exposure["rows"], merged.exposure["rate"])
     depth2 = summary_line(merged.schedules) if merged.schedules is not None else None
-    return lines + outputs.closing_lines(cells, written, merged.xfailed, depth2)
+    closing = outputs.closing_lines(merged.cells, written, merged.xfailed, depth2)
+    return outputs.matrix_lines(merged.cells, merged.exposure) + closing
 
 
 def main(argv: Sequence[str]) -> int:

@@ -29,6 +29,21 @@ def summary(cells: Iterable[dict[str, Any]]) -> dict[str, int]:
     return {str(o): counts.get(str(o), 0) for o in Outcome}
 
 
+def cell_order(cell: dict[str, Any]) -> tuple[Any, ...]:
+    """The order of a report's cells: by test item, then hit and completion order (a run's and a merge's alike)."""
+    return cell["test"], cell["point"], cell["backend"], cell["mode"], cell["hit"], cell.get("order", 0)
+
+
+def matrix_lines(cells: Sequence[dict[str, Any]], exposure: dict[str, Any]) -> list[str]:
+    """What the terminal shows of a matrix before its closing lines: the grid, the coverage, each failure with its
+    repro (the smallest failing schedule first) and the exposure's rows (*exposure*: its rate and rows)."""
+    from pytest_replaysafe.judge import coverage
+    from pytest_replaysafe.judge.exposure import lines as exposure_lines
+
+    lines = text_grid(cells) + coverage.lines(coverage.summarize(cells)) + failure_lines(cells)
+    return lines + exposure_lines(exposure["rows"], exposure["rate"])
+
+
 def failed_at_gap(cells: Iterable[dict[str, Any]]) -> int:
     """Cells whose test's own assertions failed where a documented gap re-ran a call (they keep the gap's name)."""
     return sum(1 for c in cells if c["outcome"] == Outcome.FAILED and c.get("gap"))

@@ -3,8 +3,8 @@
 The SDK lists an MCP server's tools at every turn and makes each a ``FunctionTool``; the copy ``replay_safe``
 makes of an agent with MCP servers is a :class:`LedgerMcpAgent`, which runs those tools as it runs the agent's
 function tools: each call through the ledger, keyed by the journaled item that asked for it and its ``call_id``.
-A tool's effect class comes from its MCP annotations, read from the server's own listing once per run
-(``readOnlyHint``: ``read``; ``idempotentHint``: ``idempotent``; any other write, or a tool not listed:
+A tool's effect class comes from its MCP annotations as the server lists them, kept by the SDK on the tool it
+makes (``readOnlyHint``: ``read``; ``idempotentHint``: ``idempotent``; any other write, or no annotations:
 ``external``), unless the run declares it by name (``replay_safe(..., effects=...)``).
 
 The call's idempotency key reaches the server in the request's ``_meta`` when the server is given
@@ -48,5 +48,6 @@ class LedgerMcpAgent(Agent[Any]):
         calls = self.ledger_calls
         if calls is None:
             return tools
-        await calls.learn_mcp(self.mcp_servers, run_context, self)
+        functions = [tool for tool in tools if isinstance(tool, FunctionTool)]
+        calls.learn_mcp(functions)
         return [calls.wrap(tool) if isinstance(tool, FunctionTool) else tool for tool in tools]

@@ -149,20 +149,19 @@ class _LedgerCalls:
         self.declared: dict[str, tuple[str | None, Reconcile | None, Effect | None]] = {}
         self.listed = False
 
-    async def learn_mcp(self, servers: list[Any], run_context: Any, agent: Any) -> None:
-        """Once per run: each MCP tool's policy, from the run's declaration or the tool's annotations (as the
-        servers list them)."""
-        if self.listed:
-            return
-        for server in servers:
-            for listed in await server.list_tools(run_context, agent):
-                if listed.name in self.policies:
-                    continue
-                hints = listed.annotations.model_dump() if listed.annotations is not None else {}
-                said = self.declared.get(listed.name)
-                self.policies[listed.name] = said or (None, None, effect_from_hints(hints) or Effect.EXTERNAL)
+    def learn_mcp(self, tools: list[Any]) -> None:
+        """Each MCP tool's policy, from the run's declaration or the tool's annotations (*tools*: the function
+        tools the SDK made of its servers' listing, which keep their annotations); the first time, a name
+        declared for the run that is no tool at all is refused."""
+        for tool in tools:
+            if tool.name in self.policies:
+                continue
+            annotations = tool.mcp_annotations
+            hints = annotations.model_dump() if annotations is not None else {}
+            said = self.declared.get(tool.name)
+            self.policies[tool.name] = said or (None, None, effect_from_hints(hints) or Effect.EXTERNAL)
         unknown = sorted(set(self.declared) - set(self.policies))
-        if unknown:
+        if unknown and not self.listed:
             raise ConfigError(
                 f"replay_safe: {unknown} are neither function tools of the agent nor tools its MCP servers list: "
                 f"{sorted(self.policies)}"
