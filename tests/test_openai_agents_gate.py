@@ -140,6 +140,44 @@ def test_k_processes_approving_one_pause_refund_once_and_each_is_told_what_stand
     assert effects.count("refund") == 1 and effects.count("email") == 1
 
 
+def test_an_answer_to_a_pause_stands_and_a_different_one_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """One resumer rejects the paused refund; a second, in another process (its own copy of the agent and the
+    saved state), approves it: refused (``InterruptDecidedError``, the recorded rejection named), no refund. The
+    rejection sent again is answered as the run stands (its record replayed), and the streamed entry refuses the
+    approval too."""
+    from agents.run_state import RunState
+
+    from tenxgraph.integrations.openai_agents import replay_safe, run_replay_safe, stream_replay_safe
+    from tenxgraph.integrations.openai_agents.decisions import decision_key
+    from tenxgraph.utils.errors import InterruptDecidedError
+
+    effects = Effects(tmp_path / "effects.db")
+    agent, ledger = build_agent(effects, approval=True), SqliteCheckpointer(tmp_path / "ledger.db")
+    paused = asyncio.run(run_replay_safe(replay_safe(agent, ledger=ledger, run_id="p"), "refund", run_config=OFFLINE))
+    saved = paused.to_state().to_string()
+
+    async def resume(approve: bool, streamed: bool = False) -> Any:
+        durable = replay_safe(agent, ledger=ledger, run_id="p")
+        state = await RunState.from_string(durable, saved)
+        for item in state.get_interruptions():
+            state.approve(item) if approve else state.reject(item)
+        if streamed:
+            async with stream_replay_safe(durable, state, run_config=OFFLINE) as result:
+                return result.final_output
+        return (await run_replay_safe(durable, state, run_config=OFFLINE)).final_output
+
+    first = asyncio.run(resume(approve=False))
+    (call_id,) = [i.raw_item.call_id for i in paused.interruptions]  # type: ignore[union-attr]
+    recorded = ledger.get_tool_results("p", [decision_key(call_id)])  # (the run's thread: its run id)
+    assert recorded[decision_key(call_id)]["value"] is False
+    with pytest.raises(InterruptDecidedError, match=rf"interrupt '{call_id}' was already decided \(False\)"):
+        asyncio.run(resume(approve=True))
+    with pytest.raises(InterruptDecidedError, match="a second, different decision \\(True\\) is refused"):
+        asyncio.run(resume(approve=True, streamed=True))
+    assert effects.count("refund") == 0
+    assert asyncio.run(resume(approve=False)) == first and effects.count("refund") == 0
+
+
 TEST = """
 from functools import partial
 import pytest

@@ -3,7 +3,8 @@
 that resume one run at once (a retried job delivered twice, k people approving one pause from a ``RunState``)
 take it in turn: the first runs what is left, each later one replays what the first recorded, from the journal
 and the ledger, and ends with the same conversation. :func:`stream_replay_safe` is the same for
-``Runner.run_streamed``: the lock is held while the caller reads the run's events."""
+``Runner.run_streamed``: the lock is held while the caller reads the run's events. Resumed from a ``RunState``,
+both record its answers first, once (:mod:`.decisions`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Any
 
 from agents import Agent, Runner
 from agents.result import RunResult, RunResultStreaming
+from agents.run_state import RunState
 
+from tenxgraph.integrations.openai_agents.decisions import settle
 from tenxgraph.integrations.openai_agents.journal import JournaledModel
 from tenxgraph.ledger import waiting_lock
 from tenxgraph.utils.errors import ConfigError
@@ -26,9 +29,13 @@ LOCK_WAIT_S = 120.0
 
 async def run_replay_safe(agent: Agent[Any], input: Any, *, lock_wait: float = LOCK_WAIT_S, **run: Any) -> RunResult:
     """``Runner.run(agent, input, **run)`` under the run's lock (*agent*: made by ``replay_safe``; *input*: the
-    run's input, or the ``RunState`` it resumes from); waits up to *lock_wait* seconds for another holder."""
+    run's input, or the ``RunState`` it resumes from); waits up to *lock_wait* seconds for another holder. A
+    ``RunState``'s answers to its interruptions are recorded first, once (:mod:`.decisions`): an answer other than
+    the recorded one raises ``InterruptDecidedError`` and nothing runs."""
     model = _journaled(agent, "run_replay_safe")
     async with waiting_lock(model.ledger, model.thread, model.thread, lock_wait, "one OpenAI Agents SDK run"):
+        if isinstance(input, RunState):
+            await settle(input, model.ledger, model.thread)
         return await Runner.run(agent, input, **run)
 
 
@@ -46,6 +53,8 @@ async def stream_replay_safe(
     """
     model = _journaled(agent, "stream_replay_safe")
     async with waiting_lock(model.ledger, model.thread, model.thread, lock_wait, "one OpenAI Agents SDK run"):
+        if isinstance(input, RunState):
+            await settle(input, model.ledger, model.thread)
         result = Runner.run_streamed(agent, input, **run)
         try:
             yield result
