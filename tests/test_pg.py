@@ -236,6 +236,34 @@ def _terminate(pg_dsn: str, where: str, params: tuple[Any, ...]) -> int:
         return len(rows)
 
 
+def test_idle_connections_beyond_the_first_close_after_pool_max_idle(pg_dsn: str, pg_schema: str) -> None:
+    """A burst of 4 concurrent statements grows the pool to 4; with ``pool_max_idle=0.2`` it shrinks back towards
+    its first connection once they are idle (psycopg's ``max_idle``: one per period). Bad values are refused."""
+    with pytest.raises(ConfigError, match="pool_max_idle must be a number of seconds > 0, got 0"):
+        PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema, pool_max_idle=0)
+    with pytest.raises(ConfigError, match="max_pool_size must be a whole number >= 1, got 0"):
+        PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema, max_pool_size=0)
+    cp = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema, pool_max_idle=0.2)
+
+    async def burst() -> tuple[int, int]:
+        async def hold() -> None:
+            async with cp.connection() as conn:
+                await conn.execute("SELECT pg_sleep(0.3)")
+
+        await asyncio.gather(*(hold() for _ in range(4)))
+        pool = await cp._ensure_open()
+        grown = pool.get_stats()["pool_size"]
+        for _ in range(50):  # (up to 5 s; about 1 s on an idle machine)
+            await asyncio.sleep(0.1)
+            if pool.get_stats()["pool_size"] <= 1:
+                break
+        return grown, pool.get_stats()["pool_size"]
+
+    grown, after = run_sync(burst())
+    assert grown == 4 and after == 1, (grown, after)
+    cp.close()
+
+
 def test_dropped_idle_connection_is_retried(pg_dsn: str, pg_schema: str, caplog: pytest.LogCaptureFixture) -> None:
     cp = PgCheckpointer(postgres_dsn=pg_dsn, schema=pg_schema, max_pool_size=1)
     cp.put_thread("t", {"n": 1}, expected_version=0)
