@@ -12,6 +12,8 @@
 - :func:`run_replay_safe`: ``Runner.run`` of such a copy under its run's lock: k processes that resume one run at
   once (or answer one pause from a ``RunState``) take it in turn, each later one replaying what the first did.
   :func:`stream_replay_safe`: the same for ``Runner.run_streamed`` (the model's streamed turns journaled too).
+  Both record a ``RunState``'s answers once (:mod:`.decisions`) and rewind a run's session to where the run
+  began (:mod:`.sessions`).
 - :func:`declare`: a function tool's effect class, in-doubt policy and reconcile function, declared on the tool
   (``replay_safe`` applies it to every run; a test harness reads it before the first).
 - MCP servers (``Agent(mcp_servers=[...])``): their tools run through the ledger too, each one's effect class

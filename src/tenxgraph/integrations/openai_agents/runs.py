@@ -18,6 +18,7 @@ from agents.run_state import RunState
 
 from tenxgraph.integrations.openai_agents.decisions import settle
 from tenxgraph.integrations.openai_agents.journal import JournaledModel
+from tenxgraph.integrations.openai_agents.sessions import RewoundSession
 from tenxgraph.ledger import waiting_lock
 from tenxgraph.utils.errors import ConfigError
 
@@ -36,7 +37,7 @@ async def run_replay_safe(agent: Agent[Any], input: Any, *, lock_wait: float = L
     async with waiting_lock(model.ledger, model.thread, model.thread, lock_wait, "one OpenAI Agents SDK run"):
         if isinstance(input, RunState):
             await settle(input, model.ledger, model.thread)
-        return await Runner.run(agent, input, **run)
+        return await Runner.run(agent, input, **_rewound(model, input, run))
 
 
 @asynccontextmanager
@@ -55,7 +56,7 @@ async def stream_replay_safe(
     async with waiting_lock(model.ledger, model.thread, model.thread, lock_wait, "one OpenAI Agents SDK run"):
         if isinstance(input, RunState):
             await settle(input, model.ledger, model.thread)
-        result = Runner.run_streamed(agent, input, **run)
+        result = Runner.run_streamed(agent, input, **_rewound(model, input, run))
         try:
             yield result
         except BaseException:
@@ -65,6 +66,15 @@ async def stream_replay_safe(
             raise
         async for _ in result.stream_events():
             pass
+
+
+def _rewound(model: JournaledModel, input: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """*run*'s arguments, its ``session`` (if any) rewound to where the run began (:mod:`.sessions`); a run
+    resumed from a ``RunState`` goes on from the state, on its session as it is."""
+    session = run.get("session")
+    if session is None or isinstance(input, RunState) or isinstance(session, RewoundSession):
+        return run
+    return {**run, "session": RewoundSession(session, model.ledger, model.thread, model.run_id)}
 
 
 def _journaled(agent: Agent[Any], entry: str) -> JournaledModel:
