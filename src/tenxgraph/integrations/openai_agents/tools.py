@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agents import Agent, FunctionTool
+from agents import Agent, FunctionTool, Handoff
 from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.models.interface import Model
 from agents.tool_context import ToolContext
@@ -86,55 +86,113 @@ def replay_safe(
     ledger thread *thread_id* (default: the run id). *model*: the ``agents.Model`` to journal where the agent
     names its model by a string. Per tool name: its effect class (*effects*), in-doubt policy (*on_in_doubt*)
     and reconcile function (*reconcile*), as ``@tool`` takes them. Make one per run (a resume is a new run of
-    the copy, with the same input and ``run_id``)."""
-    inner = model if model is not None else agent.model
-    if not isinstance(inner, Model):
-        raise ConfigError(
-            f"replay_safe: agent {agent.name!r} names its model by {inner!r}, not an agents.Model: pass the model "
-            "to journal, replay_safe(agent, ..., model=OpenAIResponsesModel(model=..., openai_client=...))"
-        )
-    if agent.handoffs:
-        raise ConfigError(
-            f"replay_safe: agent {agent.name!r} has handoffs, which are not made replay-safe yet: their agents' "
-            "tools would run outside the ledger"
-        )
-    thread = thread_id or run_id
-    names = {t.name for t in agent.tools if isinstance(t, FunctionTool)}
-    told = {*(effects or {}), *(on_in_doubt or {}), *(reconcile or {})}
-    if not agent.mcp_servers and told - names:  # (with MCP servers: their tools are known at the first turn)
-        unknown = sorted(told - names)
-        raise ConfigError(f"replay_safe: {unknown} are not function tools of agent {agent.name!r}: {sorted(names)}")
-    if agent.mcp_servers and type(agent) is not Agent:
-        raise ConfigError(
-            f"replay_safe: agent {agent.name!r} is a {type(agent).__name__} with MCP servers: only an agents.Agent's "
-            "MCP tools can be run through the ledger"
-        )
-    policies: dict[str, tuple[str | None, Reconcile | None, Effect | None]] = {}
-    for tool in agent.tools:
-        if not isinstance(tool, FunctionTool):
-            continue
-        effect, policy, fix = declaration_of(tool)
-        if tool.name in told and hasattr(tool, DECLARATION):
-            raise ConfigError(
-                f"replay_safe: function tool {tool.name!r} is declared twice (declare() on the tool, and "
-                "replay_safe's effects=/on_in_doubt=/reconcile=): say it once"
-            )
-        if tool.name in told:
-            effect = (effects or {}).get(tool.name)
-            policy, fix = (on_in_doubt or {}).get(tool.name), (reconcile or {}).get(tool.name)
-        policies[tool.name] = (policy, fix, check_policy(policy, fix, effect))
-    calls = _LedgerCalls(ledger, thread, policies)
-    for name in sorted(told - names):  # MCP tools', checked when the servers list their tools
-        policy, fix = (on_in_doubt or {}).get(name), (reconcile or {}).get(name)
-        calls.declared[name] = (policy, fix, check_policy(policy, fix, (effects or {}).get(name)))
-    tools = [calls.wrap(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
-    durable = agent.clone(model=JournaledModel(inner, ledger, thread, run_id), tools=tools)
-    if not agent.mcp_servers:
-        return durable
-    from tenxgraph.integrations.openai_agents.mcp import LedgerMcpAgent
+    the copy, with the same input and ``run_id``).
 
-    given = {f.name: getattr(durable, f.name) for f in dataclasses.fields(durable) if f.init}
-    return LedgerMcpAgent(**given, ledger_calls=calls)
+    The agents it hands off to (``handoffs``: agents, or ``Handoff`` objects whose agent is made a copy when the
+    handoff is taken) are copied alike, each model journaled under the run's id and the agent's name, each
+    function tool through the ledger, on the same thread; the per-name settings apply to every agent's tools."""
+    said = _Said(effects or {}, on_in_doubt or {}, reconcile or {})
+    copies = _Copies(ledger, thread_id or run_id, run_id, said)
+    durable = copies.of(agent, model)
+    rest = said.told() - copies.tool_names
+    for calls in copies.mcp_calls:  # (MCP tools': checked when the servers list their tools)
+        for name in sorted(rest):
+            policy, fix = said.on_in_doubt.get(name), said.reconcile.get(name)
+            calls.declared[name] = (policy, fix, check_policy(policy, fix, said.effects.get(name)))
+        calls.strict = len(copies.made) == 1  # (several agents: a name may be another agent's tool)
+    if rest and not copies.mcp_calls and not copies.open_ended:
+        names = sorted(copies.tool_names)
+        raise ConfigError(f"replay_safe: {sorted(rest)} are not function tools of agent {agent.name!r}: {names}")
+    return durable
+
+
+@dataclasses.dataclass(frozen=True)
+class _Said:
+    effects: Mapping[str, Effect | str]
+    on_in_doubt: Mapping[str, str]
+    reconcile: Mapping[str, Reconcile]
+
+    def told(self) -> set[str]:
+        return {*self.effects, *self.on_in_doubt, *self.reconcile}
+
+
+class _Copies:
+    """The run's copies of an agent and of the agents it hands off to, one per agent (handoffs may loop)."""
+
+    def __init__(self, ledger: LedgerStore, thread: str, run_id: str, said: _Said) -> None:
+        self.ledger, self.thread, self.run_id, self.said = ledger, thread, run_id, said
+        self.made: dict[int, Agent[Any]] = {}
+        self.tool_names: set[str] = set()
+        self.open_ended = False  # (a Handoff object: its agent is known when the handoff is taken)
+        self.mcp_calls: list[_LedgerCalls] = []  # (the agents with MCP servers: their tools are listed later)
+
+    def of(self, agent: Agent[Any], model: Model | None = None) -> Agent[Any]:
+        if id(agent) in self.made:
+            return self.made[id(agent)]
+        inner = model if model is not None else agent.model
+        if not isinstance(inner, Model):
+            raise ConfigError(
+                f"replay_safe: agent {agent.name!r} names its model by {inner!r}, not an agents.Model: pass the "
+                "model to journal, replay_safe(agent, ..., model=OpenAIResponsesModel(model=..., openai_client=...))"
+                + ("" if not self.made else " (an agent handed off to: give it an agents.Model itself)")
+            )
+        if agent.mcp_servers and type(agent) is not Agent:
+            raise ConfigError(
+                f"replay_safe: agent {agent.name!r} is a {type(agent).__name__} with MCP servers: only an "
+                "agents.Agent's MCP tools can be run through the ledger"
+            )
+        first = not self.made
+        run_id = self.run_id if first else f"{self.run_id}/{agent.name}"  # (the journal: one turn order per agent)
+        calls = _LedgerCalls(self.ledger, self.thread, self.policies(agent))
+        names = {t.name for t in agent.tools if isinstance(t, FunctionTool)}
+        self.tool_names |= names
+        tools = [calls.wrap(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
+        durable = agent.clone(model=JournaledModel(inner, self.ledger, self.thread, run_id), tools=tools)
+        if agent.mcp_servers:
+            from tenxgraph.integrations.openai_agents.mcp import LedgerMcpAgent
+
+            given = {f.name: getattr(durable, f.name) for f in dataclasses.fields(durable) if f.init}
+            durable = LedgerMcpAgent(**given, ledger_calls=calls)
+            self.mcp_calls.append(calls)
+        self.made[id(agent)] = durable
+        durable.handoffs = [self.handoff(h) for h in agent.handoffs]
+        return durable
+
+    def handoff(self, target: Any) -> Any:
+        if isinstance(target, Agent):
+            return self.of(target)
+        if not isinstance(target, Handoff):
+            raise ConfigError(
+                f"replay_safe: handoff {target!r} is neither an agents.Agent nor an agents.Handoff: its agent's "
+                "tools would run outside the ledger"
+            )
+        self.open_ended = True
+        invoke = target.on_invoke_handoff
+
+        async def on_invoke_handoff(context: Any, input_json: str) -> Any:
+            return self.of(await invoke(context, input_json))
+
+        taken = copy.copy(target)
+        taken.on_invoke_handoff = on_invoke_handoff
+        return taken
+
+    def policies(self, agent: Agent[Any]) -> dict[str, tuple[str | None, Reconcile | None, Effect | None]]:
+        said, told = self.said, self.said.told()
+        policies: dict[str, tuple[str | None, Reconcile | None, Effect | None]] = {}
+        for tool in agent.tools:
+            if not isinstance(tool, FunctionTool):
+                continue
+            effect, policy, fix = declaration_of(tool)
+            if tool.name in told and hasattr(tool, DECLARATION):
+                raise ConfigError(
+                    f"replay_safe: function tool {tool.name!r} is declared twice (declare() on the tool, and "
+                    "replay_safe's effects=/on_in_doubt=/reconcile=): say it once"
+                )
+            if tool.name in told:
+                effect = said.effects.get(tool.name)
+                policy, fix = said.on_in_doubt.get(tool.name), said.reconcile.get(tool.name)
+            policies[tool.name] = (policy, fix, check_policy(policy, fix, effect))
+        return policies
 
 
 class _LedgerCalls:
@@ -148,6 +206,8 @@ class _LedgerCalls:
         #: Declared per run for tools the agent does not have before its MCP servers list theirs.
         self.declared: dict[str, tuple[str | None, Reconcile | None, Effect | None]] = {}
         self.listed = False
+        #: Refuse a name declared for the run that is no tool of the agent's (False: several agents share them).
+        self.strict = True
 
     def learn_mcp(self, tools: list[Any]) -> None:
         """Each MCP tool's policy, from the run's declaration or the tool's annotations (*tools*: the function
@@ -161,7 +221,7 @@ class _LedgerCalls:
             said = self.declared.get(tool.name)
             self.policies[tool.name] = said or (None, None, effect_from_hints(hints) or Effect.EXTERNAL)
         unknown = sorted(set(self.declared) - set(self.policies))
-        if unknown and not self.listed:
+        if unknown and not self.listed and self.strict:
             raise ConfigError(
                 f"replay_safe: {unknown} are neither function tools of the agent nor tools its MCP servers list: "
                 f"{sorted(self.policies)}"
