@@ -145,7 +145,7 @@ POINTS: tuple[CrashPoint, ...] = (
         "crash",
         "a Resume's decisions are recorded in the ledger; the run has not gone on",
         "tenxgraph.core.graph.pauses",
-        ("tenxgraph.integrations.pydantic_ai.answering",),
+        ("tenxgraph.integrations.pydantic_ai.answering", "tenxgraph.integrations.openai_agents.decisions"),
     ),
     # A LangGraph app: its saver's writes (fired by the public saver wrapper the harness compiles apps with).
     CrashPoint(
