@@ -298,6 +298,9 @@ def test_a_client_that_stops_reading_is_cut_at_the_write_deadline(tmp_path: Path
             reader.connect(("127.0.0.1", port))
             reader.sendall(f"GET /threads/big/state HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
             readers.append(reader)
+        for reader in readers:  # (a loaded machine may build the 20 MB answer slowly: wait until it is being sent)
+            reader.settimeout(60)
+            assert reader.recv(1, socket.MSG_PEEK)
         time.sleep(3)  # the deadline passes while they read nothing
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/threads/big/state?messages_limit=1", timeout=10) as ok:
             assert ok.status == 200 and json.loads(ok.read())["messages_total"] == 20
