@@ -33,6 +33,7 @@ which a test harness reaches a call outside the ledger's own steps (it does noth
 The four steps themselves read top to bottom in ``tenxgraph/core/graph/utils/invoke_node_handler.py``."""
 
 from tenxgraph.core.graph.utils.call_groups import TURN_PATIENCE_S, CallGroup, CallGroups
+from tenxgraph.core.graph.utils.first_answers import record_first_answers
 from tenxgraph.core.graph.utils.invoke_node_handler import (
     call_keys,
     invoke_tool_call,
@@ -91,6 +92,7 @@ __all__ = [
     "invoke_tool_calls",
     "ledger_key",
     "probe",
+    "record_first_answers",
     "result_message_id",
     "waiting_lock",
 ]

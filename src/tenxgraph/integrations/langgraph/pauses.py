@@ -32,10 +32,10 @@ from typing import Any, TypeVar
 
 from tenxgraph.core.tools.interrupts import APPROVAL, ApprovalRule, is_approved, rejection_text
 from tenxgraph.core.tools.tool import check_approval
-from tenxgraph.ledger import LedgerStore, Records, waiting_lock
+from tenxgraph.ledger import LedgerStore, Records, record_first_answers, waiting_lock
 from tenxgraph.state.messages import JSON
 from tenxgraph.utils.constants import LOGGER_NAME
-from tenxgraph.utils.errors import ConfigError, InterruptDecidedError
+from tenxgraph.utils.errors import ConfigError
 
 log = logging.getLogger(LOGGER_NAME)
 R = TypeVar("R")
@@ -78,18 +78,11 @@ async def settle_answers(
     """Record *answers* as the decisions of the step (those not recorded yet, in one write); raise
     :class:`InterruptDecidedError` if one differs from the decision recorded before it (that one stands).
     *found*: the ledger's records, read under the step's lock, of at least the step's decision keys."""
-    keys = [decision_key(message_id, i) for i in range(len(answers))]
-    given = [canonical(a) for a in answers]
-    new = [(k, {"v": 1, "kind": "decision", "value": g}) for k, g in zip(keys, given, strict=True) if k not in found]
-    if new:
-        written = await ledger.aput_tool_results(thread_id, new)
-        lost = [key for (key, _), ok in zip(new, written, strict=True) if ok is not True]
-        if lost:  # (another resumer's, just now: a store without locks)
-            found.update(await ledger.aget_tool_results(thread_id, lost))
-    for key, value in zip(keys, given, strict=True):
-        record = found.get(key)
-        if record is not None and record.get("value") != value:
-            raise InterruptDecidedError(thread_id, key, record.get("value"), value)
+    records = {
+        decision_key(message_id, i): (decision_key(message_id, i), {"v": 1, "kind": "decision", "value": canonical(a)})
+        for i, a in enumerate(answers)
+    }
+    await record_first_answers(ledger, thread_id, records, found)
 
 
 def lock_name(thread_id: str, message_id: str) -> str:

@@ -16,9 +16,9 @@ from typing import Any
 
 from agents.run_state import RunState
 
-from tenxgraph.ledger import LedgerStore, probe
+from tenxgraph.ledger import LedgerStore, probe, record_first_answers
 from tenxgraph.state.messages import JSON
-from tenxgraph.utils.errors import ConfigError, InterruptDecidedError
+from tenxgraph.utils.errors import ConfigError
 
 __all__ = ["decision_key", "settle"]
 
@@ -57,20 +57,9 @@ async def settle(state: RunState[Any, Any], ledger: LedgerStore, thread: str) ->
     given = answers(state)
     if not given:
         return
-    keys = {call_id: decision_key(call_id) for call_id in given}
-    found = await ledger.aget_tool_results(thread, list(keys.values()))
-    new: list[tuple[str, dict[str, JSON]]] = [
-        (keys[call_id], {"v": 1, "kind": "decision", "call": call_id, "value": value})
+    records: dict[str, tuple[str, dict[str, JSON]]] = {
+        call_id: (decision_key(call_id), {"v": 1, "kind": "decision", "call": call_id, "value": value})
         for call_id, value in given.items()
-        if keys[call_id] not in found
-    ]
-    if new:
-        written = await ledger.aput_tool_results(thread, new)
-        lost = [key for (key, _), ok in zip(new, written, strict=True) if ok is not True]
-        if lost:  # (recorded by another resumer just now: outside the run's lock)
-            found.update(await ledger.aget_tool_results(thread, lost))
-    for call_id, value in given.items():
-        record = found.get(keys[call_id])
-        if record is not None and record.get("value") != value:
-            raise InterruptDecidedError(thread, call_id, record.get("value"), value)
+    }
+    await record_first_answers(ledger, thread, records)  # (outside the lock: another resumer's may win)
     probe.point("approval.after_decision")  # (the answers are recorded; the run that takes them has not begun)

@@ -96,9 +96,7 @@ def replay_safe(
     durable = copies.of(agent, model)
     rest = said.told() - copies.tool_names
     for calls in copies.mcp_calls:  # (MCP tools': checked when the servers list their tools)
-        for name in sorted(rest):
-            policy, fix = said.on_in_doubt.get(name), said.reconcile.get(name)
-            calls.declared[name] = (policy, fix, check_policy(policy, fix, said.effects.get(name)))
+        calls.declared.update({name: said.policy(name) for name in sorted(rest)})
         calls.strict = len(copies.made) == 1  # (several agents: a name may be another agent's tool)
     if rest and not copies.mcp_calls and not copies.open_ended:
         names = sorted(copies.tool_names)
@@ -114,6 +112,11 @@ class _Said:
 
     def told(self) -> set[str]:
         return {*self.effects, *self.on_in_doubt, *self.reconcile}
+
+    def policy(self, name: str) -> tuple[str | None, Reconcile | None, Effect | None]:
+        """What replay_safe's arguments say of tool *name*: in-doubt policy, reconcile, effect (checked)."""
+        policy, fix = self.on_in_doubt.get(name), self.reconcile.get(name)
+        return policy, fix, check_policy(policy, fix, self.effects.get(name))
 
 
 class _Copies:
@@ -177,21 +180,21 @@ class _Copies:
         return taken
 
     def policies(self, agent: Agent[Any]) -> dict[str, tuple[str | None, Reconcile | None, Effect | None]]:
-        said, told = self.said, self.said.told()
+        told = self.said.told()
         policies: dict[str, tuple[str | None, Reconcile | None, Effect | None]] = {}
         for tool in agent.tools:
             if not isinstance(tool, FunctionTool):
                 continue
-            effect, policy, fix = declaration_of(tool)
             if tool.name in told and hasattr(tool, DECLARATION):
                 raise ConfigError(
                     f"replay_safe: function tool {tool.name!r} is declared twice (declare() on the tool, and "
                     "replay_safe's effects=/on_in_doubt=/reconcile=): say it once"
                 )
             if tool.name in told:
-                effect = said.effects.get(tool.name)
-                policy, fix = said.on_in_doubt.get(tool.name), said.reconcile.get(tool.name)
-            policies[tool.name] = (policy, fix, check_policy(policy, fix, effect))
+                policies[tool.name] = self.said.policy(tool.name)
+            else:
+                effect, policy, fix = declaration_of(tool)
+                policies[tool.name] = (policy, fix, check_policy(policy, fix, effect))
         return policies
 
 

@@ -29,9 +29,9 @@ from pydantic_core import to_jsonable_python
 from tenxgraph.integrations.pydantic_ai.backend import thread_of
 from tenxgraph.integrations.pydantic_ai.durability import LedgerDurability
 from tenxgraph.integrations.pydantic_ai.home_loop import HomeLoopLedger
-from tenxgraph.ledger import LedgerStore, probe
+from tenxgraph.ledger import LedgerStore, probe, record_first_answers
 from tenxgraph.state.messages import JSON
-from tenxgraph.utils.errors import ConfigError, InterruptDecidedError
+from tenxgraph.utils.errors import ConfigError
 from tenxgraph.utils.sync import run_sync
 
 __all__ = ["aresume_once", "decision_key", "resume_once"]
@@ -93,23 +93,13 @@ async def _settle(
     if not given:
         raise ConfigError("resume_once: deferred_tool_results answers no call; give approvals= or calls=")
     run = run_id or str(uuid.uuid4())
-    records: list[tuple[str, dict[str, JSON]]] = [
-        (decision_key(call_id), {"v": 1, "kind": "decision", "call": call_id, "value": value, "run_id": run})
+    records: dict[str, tuple[str, dict[str, JSON]]] = {
+        call_id: (decision_key(call_id), {"v": 1, "kind": "decision", "call": call_id, "value": value, "run_id": run})
         for call_id, value in given.items()
-    ]
-    found = await ledger.aget_tool_results(thread, [key for key, _ in records])
-    new = [(key, record) for key, record in records if key not in found]
-    if new:
-        written = await ledger.aput_tool_results(thread, new)
-        lost = [key for (key, _), ok in zip(new, written, strict=True) if ok is not True]
-        if lost:  # (another resumer's answer, recorded just now)
-            found.update(await ledger.aget_tool_results(thread, lost))
-    for call_id, value in given.items():
-        record = found.get(decision_key(call_id))
-        if record is not None and record.get("value") != value:
-            raise InterruptDecidedError(thread, call_id, record.get("value"), value)
+    }
+    found = await record_first_answers(ledger, thread, records)
     probe.point("approval.after_decision")  # (the answers are recorded; the run that takes them has not begun)
-    taken = [found[key].get("run_id") for key, _ in records if key in found]
+    taken = [found[key].get("run_id") for key, _ in records.values() if key in found]
     return str(taken[0]) if taken and taken[0] else run  # (answered before: that run goes on, or replays)
 
 
