@@ -22,7 +22,6 @@ from tests.doc_figures import check_langgraph
 from tests.langgraph_mutants import LG_MUTANTS
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.xdist_group("langgraph-gate")  # (one worker builds the module's control matrix, not each)
 
 TESTS = """
 import pytest
@@ -197,6 +196,7 @@ def outcomes(cells: list[dict[str, Any]]) -> dict[str, int]:
     return found
 
 
+@pytest.mark.xdist_group("langgraph-gate")  # (one worker builds the control matrix, not each)
 def test_a_bare_tool_node_fails_the_gate_and_replay_safe_tool_node_passes(control: dict[str, Any]) -> None:
     assert control["exit"] != 0  # (the bare node's violations fail the run)
     bare = of_test(control, "test_bare")
@@ -218,6 +218,7 @@ def test_a_bare_tool_node_fails_the_gate_and_replay_safe_tool_node_passes(contro
     assert points >= {"langgraph.after_put_writes", "langgraph.before_put", "langgraph.after_put", "tool.after_record"}
 
 
+@pytest.mark.xdist_group("langgraph-gate")  # (one worker builds the control matrix, not each)
 def test_the_examples_matrix_gives_the_table_docs_langgraph_shows(control: dict[str, Any]) -> None:
     """docs/langgraph.md's before/after table is what its command gives today (a stale figure fails here)."""
     assert check_langgraph(control["example"]["report"]) == []
@@ -225,12 +226,14 @@ def test_the_examples_matrix_gives_the_table_docs_langgraph_shows(control: dict[
     assert any(c["outcome"] == "violation" for c in bare)  # (the table's "before": counted, not hidden by xfail)
 
 
+@pytest.mark.xdist_group("langgraph-gate")  # (one worker builds the control matrix, not each)
 def test_a_failing_tools_error_is_recorded_and_replayed_as_an_error(control: dict[str, Any]) -> None:
     """The control for the error rule: a tool whose ToolMessage says error, under the wrapper, passes every cell."""
     cells = of_test(control, "test_replay_safe_tool_error")
     assert cells and not [c for c in cells if c["outcome"] in FAILING], outcomes(cells)
 
 
+@pytest.mark.xdist_group("langgraph-gate")  # (one worker builds the control matrix, not each)
 def test_with_async_durability_a_model_turn_lost_before_its_tools_ran_shows_and_names_the_fix(
     control: dict[str, Any],
 ) -> None:
@@ -256,6 +259,7 @@ def test_every_wrapper_mutant_is_caught_for_its_own_reason(tmp_path: Path) -> No
     assert not missed, f"wrapper mutants the matrix did not catch for their own reason: {missed}"
 
 
+@pytest.mark.xdist_group("langgraph-gate")  # (one worker builds the control matrix, not each)
 def test_langgraphs_background_save_is_played_on_purpose_and_its_gap_named(control: dict[str, Any]) -> None:
     """LangGraph saves a task's writes in a background thread and goes on (durability='sync' too): at
     ``langgraph.late_put_writes`` the kill waits for a later tool call's return, in every cell, not by chance. The

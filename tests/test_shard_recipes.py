@@ -126,6 +126,7 @@ def unsharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "whole.json"
 
 
+@pytest.mark.xdist_group("shard-recipes")  # (one worker builds the module's matrices)
 def test_the_github_actions_workflow_shards_merges_and_gates(tmp_path: Path, unsharded: Path) -> None:
     jobs = section_yaml("### GitHub Actions: a job matrix over K")["jobs"]
     shards, gate = jobs["crash-matrix"], jobs["crash-matrix-gate"]
@@ -145,6 +146,7 @@ def test_the_github_actions_workflow_shards_merges_and_gates(tmp_path: Path, uns
     assert "shard(s) 2/4 of plan" in shell(merge, merger, status=2)  # the gate job fails
 
 
+@pytest.mark.xdist_group("shard-recipes")  # (one worker builds the module's matrices)
 def test_the_kubernetes_indexed_job_shards_by_its_completion_index(tmp_path: Path, unsharded: Path) -> None:
     job = section_yaml("### Kubernetes: an Indexed Job")
     spec = job["spec"]

@@ -59,6 +59,7 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
     return out / "whole.json", [out / f"shard-{k}.json" for k in range(1, 5)]
 
 
+@pytest.mark.xdist_group("shards")  # (one worker builds the module's matrices)
 def test_four_shards_merged_equal_one_unsharded_run(
     shards: tuple[Path, list[Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -80,6 +81,7 @@ def test_four_shards_merged_equal_one_unsharded_run(
     assert all(json.dumps(c["test"])[1:-1] in page for c in whole["cells"])
 
 
+@pytest.mark.xdist_group("shards")  # (one worker builds the module's matrices)
 def test_a_missing_doubled_foreign_or_unfinished_shard_is_refused_by_name(
     shards: tuple[Path, list[Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -104,6 +106,7 @@ def test_a_missing_doubled_foreign_or_unfinished_shard_is_refused_by_name(
     assert "not a shard's report (no 'shard')" in capsys.readouterr().out
 
 
+@pytest.mark.xdist_group("shards")  # (one worker builds the module's matrices)
 def test_a_failing_cell_fails_the_merge(shards: tuple[Path, list[Path]], tmp_path: Path) -> None:
     _, parts = shards
     data = json.loads(parts[0].read_text())
