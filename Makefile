@@ -55,9 +55,9 @@ DEMO_BACKENDS = memory,sqlite$${REPLAYSAFE_PG_DSN:+,postgres}$${REPLAYSAFE_REDIS
 help:
 	@echo "make demo       the crash matrix over examples/ on the embedded backends (no server; about 20 s)"
 	@echo "make test       the whole suite (PostgreSQL and Redis through REPLAYSAFE_PG_DSN / REPLAYSAFE_REDIS_URL)"
-	@echo "make gate       the whole product: every mode, point, fault and backend, then depth 2 (what CI runs);"
+	@echo "make gate       the whole product: every mode, point, fault and backend, and depth 2 (what CI runs);"
 	@echo "                GATE_SHARD=K/N runs shard K of N of it (on machine K of N)"
-	@echo "make gate-merge every shard's gate reports into gate.json and gate-depth2.json (GATE_SHARDS=N)"
+	@echo "make gate-merge every shard's gate report into gate.json (GATE_SHARDS=N)"
 	@echo "make bench      ours against LangGraph, shape by shape, and the server under chaos (docs/benchmarks.md)"
 	@echo "make lint       ruff check and format check;  make typecheck: mypy --strict;  make check: all three"
 	@echo "make clean      remove the venvs and the reports"
@@ -71,32 +71,27 @@ demo: $(DEMO_STAMP)
 
 # The whole product, as CI runs it: every mode at every point (in-process, SIGKILL, stream, the contest, recovery,
 # prune, double-resume, resumers), every storage fault, the budgeted contests at every lock window, over every example on
-# every backend that is configured; then crashes during recovery (depth 2) on the durable ones, within the default
-# budget. The seed is fixed: compare two commits with `python -m pytest_replaysafe compare A.json B.json`.
-# Over several machines: `make gate GATE_SHARD=K/N` on machine K (each writes gate-K-of-N.json and
-# gate-K-of-N-depth2.json), then `make gate-merge GATE_SHARDS=N` on one that has every shard's reports: gate.json and
-# gate-depth2.json, as one machine writes them (docs/crash-matrix.md, "Beyond one machine").
+# every backend that is configured, and crashes during recovery (depth 2, within the default budget) in the modes that
+# have them, in one run (a depth-2 run runs every depth-1 cell first: a second run for depth 2 ran those twice). The
+# seed is fixed: compare two commits with `python -m pytest_replaysafe compare A.json B.json`.
+# Over several machines: `make gate GATE_SHARD=K/N` on machine K (each writes gate-K-of-N.json), then
+# `make gate-merge GATE_SHARDS=N` on one that has every shard's report: gate.json, as one machine writes it
+# (docs/crash-matrix.md, "Beyond one machine").
 GATE_SEED    ?= 1
 GATE_SHARD   ?=
 GATE_SHARDS  ?=
 GATE_REPORT  ?= $(if $(GATE_SHARD),gate-$(subst /,-of-,$(GATE_SHARD)).json,gate.json)
 GATE_WORKERS ?= 2
-GATE_DURABLE  = sqlite$${REPLAYSAFE_PG_DSN:+,postgres}$${REPLAYSAFE_REDIS_URL:+,postgres+redis}
 GATE_SPLIT    = $(if $(GATE_SHARD),--crash-shard=$(GATE_SHARD))
 gate: $(STAMP)
 	PYTEST_ADDOPTS="$${PYTEST_ADDOPTS:-} -p no:langsmith_plugin" $(BIN)/python -m pytest examples -p no:cacheprovider \
-		-q -n $(GATE_WORKERS) --crash-matrix --crash-backends=$(DEMO_BACKENDS) --crash-modes=all \
+		-q -n $(GATE_WORKERS) --crash-matrix --crash-backends=$(DEMO_BACKENDS) --crash-modes=all --crash-depth=2 \
 		--crash-seed=$(GATE_SEED) --crash-report=$(GATE_REPORT) --crash-progress=off $(GATE_SPLIT)
-	PYTEST_ADDOPTS="$${PYTEST_ADDOPTS:-} -p no:langsmith_plugin" $(BIN)/python -m pytest examples -p no:cacheprovider \
-		-q -n $(GATE_WORKERS) --crash-matrix --crash-backends=$(GATE_DURABLE) --crash-depth=2 \
-		--crash-seed=$(GATE_SEED) --crash-report=$(basename $(GATE_REPORT))-depth2.json --crash-progress=off $(GATE_SPLIT)
 
 gate-merge: $(STAMP)
 	@test -n "$(GATE_SHARDS)" || { echo "make gate-merge GATE_SHARDS=N: how many shards ran (make gate GATE_SHARD=K/N)"; exit 2; }
 	$(BIN)/python -m pytest_replaysafe merge $(foreach k,$(shell seq $(GATE_SHARDS)),gate-$(k)-of-$(GATE_SHARDS).json) \
 		--out gate.json
-	$(BIN)/python -m pytest_replaysafe merge \
-		$(foreach k,$(shell seq $(GATE_SHARDS)),gate-$(k)-of-$(GATE_SHARDS)-depth2.json) --out gate-depth2.json
 
 # langsmith (which langgraph brings) registers a pytest plugin that costs 1-3 s at every pytest start; the suite
 # starts pytest about 150 times (matrices in processes of their own), so its runs go without it.
