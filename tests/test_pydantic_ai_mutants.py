@@ -11,7 +11,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -54,17 +53,26 @@ MUTANTS: dict[str, tuple[str, str]] = {
 }
 
 
-#: For resumers "at once": each process waits for one moment to start, and the model takes 0.3 s a turn (the
-#: scripted model answers in microseconds, so the runs of processes started together would not overlap).
+#: For resumers "at once": each process, its imports done, waits at a barrier (a folder each one adds a file to)
+#: until all k are there, and the model takes 0.3 s a turn (the scripted model answers in microseconds, so the
+#: runs of processes started together would not overlap; a fixed start time was missed by a process still
+#: importing on a loaded machine, and its run began after the others had finished).
 AT_ONCE = """
-import time, pydantic_ai.models.function as f
+import os, pathlib, time, pydantic_ai.models.function as f
+import {agent}  # (imported before the barrier: the runs start together, not their imports)
 _request = f.FunctionModel.request
 async def slow(self, *args, **kwargs):
     import asyncio
     await asyncio.sleep(0.3)
     return await _request(self, *args, **kwargs)
 f.FunctionModel.request = slow
-time.sleep(max(0.0, {start} - time.time()))
+_barrier = pathlib.Path({barrier!r})
+(_barrier / str(os.getpid())).touch()
+_until = time.time() + 60
+while len(list(_barrier.iterdir())) < {k}:
+    if time.time() > _until:
+        raise SystemExit("the resumers' barrier: not all {k} processes arrived within 60 s")
+    time.sleep(0.005)
 """
 
 
@@ -106,7 +114,9 @@ def symptoms(scenario: str, tmp: Path, patch: str) -> set[str]:
             found.add("one call was given two idempotency keys")
     elif scenario == "resumers":  # crash, then 4 processes resume the run at once
         finish([launch(agent, [str(db), ledger, "r1", "email"], patch)])
-        together = patch + AT_ONCE.format(start=time.time() + 4)  # (the 4 runs overlap: a model that takes time)
+        barrier = tmp / "barrier"
+        barrier.mkdir()
+        together = patch + AT_ONCE.format(agent=agent, barrier=str(barrier), k=4)  # (the 4 runs overlap)
         outs = finish([launch(agent, [str(db), ledger, "r1"], together) for _ in range(4)])
         asked = sum(int(out.split("asked the model ")[1].split()[0]) for _, out in outs if "asked" in out)
         if asked > 2:
