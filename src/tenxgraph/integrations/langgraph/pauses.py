@@ -78,9 +78,9 @@ async def settle_answers(
     """Record *answers* as the decisions of the step (those not recorded yet, in one write); raise
     :class:`InterruptDecidedError` if one differs from the decision recorded before it (that one stands).
     *found*: the ledger's records, read under the step's lock, of at least the step's decision keys."""
+    keys = [decision_key(message_id, i) for i in range(len(answers))]
     records = {
-        decision_key(message_id, i): (decision_key(message_id, i), {"v": 1, "kind": "decision", "value": canonical(a)})
-        for i, a in enumerate(answers)
+        key: (key, {"v": 1, "kind": "decision", "value": canonical(a)}) for key, a in zip(keys, answers, strict=True)
     }
     await record_first_answers(ledger, thread_id, records, found)
 

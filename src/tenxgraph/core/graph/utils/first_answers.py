@@ -31,12 +31,14 @@ async def record_first_answers(
     new = [(key, record) for key, record in records.values() if key not in found]
     if new:
         written = await ledger.aput_tool_results(thread, new)
+        lost: list[str] = []
         for (key, _), outcome in zip(new, written, strict=True):
             if isinstance(outcome, SerializationError):
                 raise ConfigError(
                     f"the answer recorded under {key!r} cannot be stored ({outcome}): answer with JSON values"
                 ) from outcome
-        lost = [key for (key, _), ok in zip(new, written, strict=True) if ok is not True]
+            if outcome is not True:
+                lost.append(key)
         if lost:  # (another resumer's, recorded just now: outside this one's lock, or a store without locks)
             found.update(await ledger.aget_tool_results(thread, lost))
     for pause, (key, record) in records.items():
