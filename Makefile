@@ -81,7 +81,9 @@ GATE_SEED    ?= 1
 GATE_SHARD   ?=
 GATE_SHARDS  ?=
 GATE_REPORT  ?= $(if $(GATE_SHARD),gate-$(subst /,-of-,$(GATE_SHARD)).json,gate.json)
-GATE_WORKERS ?= 2
+# 4 xdist workers on 2 cores: the cells wait much of their time (an outage's retries, a drop's terminated
+# backends, a killed child's reaping), which left half the cores idle at 2 workers (docs/crash-matrix.md).
+GATE_WORKERS ?= 4
 GATE_SPLIT    = $(if $(GATE_SHARD),--crash-shard=$(GATE_SHARD))
 gate: $(STAMP)
 	PYTEST_ADDOPTS="$${PYTEST_ADDOPTS:-} -p no:langsmith_plugin" $(BIN)/python -m pytest examples -p no:cacheprovider \
