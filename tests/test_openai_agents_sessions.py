@@ -98,10 +98,13 @@ def test_a_run_killed_on_its_session_resumes_once_and_its_session_holds_each_ite
 
 def test_a_run_without_the_rewind_is_caught_by_this_test(tmp_path: Path) -> None:
     """The SDK's session alone under the same kill (``Runner.run`` on the durable agent, no rewind): the run
-    begins on a conversation with its input twice, the model is asked anew and the refund runs again."""
+    begins on a conversation with its input twice, the model is asked anew and the refund runs again. Killed at
+    the second record: the refund and the email are parallel calls, and at the first record the refund may not
+    have run yet (which of them returns first is the threads' race)."""
     script = JOB.replace("await run_replay_safe(durable,", "await __import__('agents').Runner.run(durable,")
-    killed = job(tmp_path, "tool.after_record", script)
+    killed = job(tmp_path, "tool.after_record:2", script)
     assert killed.returncode == -9, killed.stderr[-2000:]
+    assert Effects(tmp_path / "effects.db").count("refund") == 1  # (it ran before the kill)
     again = job(tmp_path, None, script)
     assert again.returncode == 0, again.stderr[-2000:]
     assert Effects(tmp_path / "effects.db").count("refund") == 2
