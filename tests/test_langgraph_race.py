@@ -5,6 +5,7 @@ loaded machine), never an error of the harness's own in LangGraph's saving threa
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -28,9 +29,10 @@ def test_the_kill_is_held_until_a_later_call_returns_and_that_call_dies_with_it(
     fire = late_kill(lambda name, n: kills.append((name, n, late_kill_held())), window)
     saver = threading.Thread(target=fire, args=("langgraph.late_put_writes", 2))
     saver.start()
-    while not late_kill_held():  # (the point fired in the saving thread; the kill waits)
-        pass
-    assert kills == []
+    deadline = time.monotonic() + 5
+    while not late_kill_held() and time.monotonic() < deadline:  # (the point fired in the saving thread)
+        time.sleep(0.001)
+    assert late_kill_held() and kills == []  # (the kill waits)
     with pytest.raises(CrashInjected):  # the later call returns, then dies with the process
         crash_point("tool.after_return")
     saver.join(5)
