@@ -165,13 +165,17 @@ def check_approvals(report: Path) -> list[str]:
 LOOP_DOC = DOC.parent / "plain-loop.md"
 AGENTS_DOC = DOC.parent / "openai-agents.md"
 ROW = re.compile(r"^\| `(?P<point>[a-z_.]+)` \| (?P<cells>\d+ / \d+) \| (?P<bare>[^|]+) \| (?P<safe>[^|]+) \|$", re.M)
-#: Per doc: its example's points, its bare test, its test through the ledger, what a point the bare one never
-#: reaches is called.
+#: Per doc: its example's points, its bare tests, its tests through the ledger (a name, or several), what a point
+#: the bare ones never reach is called.
 BEFORE_AFTER = {
     "loop": (LOOP_DOC, LOOP_POINTS, "::test_bare_support_loop[", "::test_support_loop[", "no ledger step to crash at"),
-    "agents": (AGENTS_DOC, OPENAI_AGENTS_POINTS, "::test_bare_agent[", "::test_replay_safe_agent[",
-               "no ledger or journal step"),
+    "agents": (AGENTS_DOC, OPENAI_AGENTS_POINTS, ("::test_bare_agent[", "::test_bare_approved_refund["),
+               ("::test_replay_safe_agent[", "::test_approved_refund["), "no ledger or journal step"),
 }  # fmt: skip
+
+
+def _named(test: str, names: str | tuple[str, ...]) -> bool:
+    return any(name in test for name in ((names,) if isinstance(names, str) else names))
 
 
 def before_after_rows(report: Path, which: str) -> dict[str, tuple[str, str, str]]:
@@ -182,8 +186,8 @@ def before_after_rows(report: Path, which: str) -> dict[str, tuple[str, str, str
     cells = [c for c in cells if c["mode"] in ("inprocess", "sigkill")]
     rows = {}
     for point in points:
-        bare = [c for c in cells if c["point"] == point and bare_test in c["test"]]
-        safe = [c for c in cells if c["point"] == point and safe_test in c["test"]]
+        bare = [c for c in cells if c["point"] == point and _named(c["test"], bare_test)]
+        safe = [c for c in cells if c["point"] == point and _named(c["test"], safe_test)]
         shown = f"{sum(c['outcome'] == 'violation' for c in bare)} violations" if bare else unreached
         rows[point] = (
             f"{len(bare)} / {len(safe)}",

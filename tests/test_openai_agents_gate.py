@@ -257,6 +257,40 @@ STREAM_MUTANTS: dict[str, tuple[str, str, str | None]] = {
 }
 
 
+#: The refund waits for a person (``needs_approval``), answered by the ``approvals`` fixture from the run's
+#: ``RunState``; and what breaks the pause.
+APPROVED = """
+from functools import partial
+import pytest
+from examples.openai_agents_support.agent import FINAL, build_agent, run_approved
+
+@pytest.mark.crash_matrix(framework="openai_agents",
+                          points="approval.after_pause,approval.after_decision,tool.after_record")
+def test_agent(crash_run, effects, approvals):
+    run = partial(run_approved, agent=build_agent(effects, approval=True), ledger=crash_run.checkpointer)
+    assert crash_run.invoke(run, {"prompt": "refund A-1042"}).final_text == FINAL
+"""
+APPROVAL_MUTANTS: dict[str, tuple[str, str, str | None]] = {
+    # the RunState's answers are not recorded in the ledger: the refund runs on an answer nobody can read back
+    "answers_not_recorded": (
+        "import tenxgraph.integrations.openai_agents.runs as r\n"
+        "async def settle(*a, **k):\n    return None\nr.settle = settle\n",
+        "ran although its approval was never recorded",
+        "executed",
+    ),
+    # the run's copy of the agent drops the tool's needs_approval: the refund runs and nobody was asked (the
+    # harness read needs_approval on the tool itself)
+    "approval_dropped": (
+        "import dataclasses, examples.openai_agents_support.agent as a\nreal = a.replay_safe\n"
+        "def replay_safe(agent, **kw):\n    copy = real(agent, **kw)\n"
+        "    copy.tools = [dataclasses.replace(t, needs_approval=False) for t in copy.tools]\n"
+        "    return copy\na.replay_safe = replay_safe\n",
+        "ran although no person was asked",
+        "executed",
+    ),
+}
+
+
 def run(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str, mode: str, test: str = TEST
 ) -> list[dict[str, Any]]:
@@ -293,12 +327,24 @@ def test_a_broken_streamed_path_is_caught_for_its_own_reason(
     assert all(reason in d and (not_said is None or not_said not in d) for d in details), details
 
 
-@pytest.mark.parametrize("test", ["run", "streamed"])
+@pytest.mark.parametrize("mutant", sorted(APPROVAL_MUTANTS))
+def test_a_broken_pause_is_caught_for_its_own_reason(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mutant: str
+) -> None:
+    patch, reason, not_said = APPROVAL_MUTANTS[mutant]
+    cells = run(pytester, monkeypatch, patch, "inprocess", APPROVED)
+    caught = [c for c in cells if c["outcome"] == "violation"]
+    assert caught, [(c["point"], c["outcome"], c.get("detail")) for c in cells]
+    details = [c["detail"] for c in caught]
+    assert all(reason in d and (not_said is None or not_said not in d) for d in details), details
+
+
+@pytest.mark.parametrize("test", ["run", "streamed", "approved"])
 @pytest.mark.parametrize("mode", ["inprocess", "resumers"])
 def test_the_integration_as_it_is_fails_no_cell(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str, test: str
 ) -> None:
-    cells = run(pytester, monkeypatch, "", mode, STREAMED if test == "streamed" else TEST)
+    cells = run(pytester, monkeypatch, "", mode, {"run": TEST, "streamed": STREAMED, "approved": APPROVED}[test])
     assert cells and {c["outcome"] for c in cells} <= {"protected", "known_gap", "in_doubt_handled"}, cells
 
 

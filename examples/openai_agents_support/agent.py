@@ -5,16 +5,20 @@ on every answer, as a provider's) asks for two parallel function calls, a refund
   journaled, its function calls through the ledger. Resumed by running it again with the same run id.
   :func:`run_support_streamed`: the same run streamed (``Runner.run_streamed``), as a UI shows it.
 - :func:`run_bare` (the before): the SDK alone, with a session (``SQLiteSession``) that saves the run's items;
-  after a crash its user runs the agent again on the session, and the turn's calls run again."""
+  after a crash its user runs the agent again on the session, and the turn's calls run again.
+- :func:`run_approved` and :func:`run_bare_approved`: the same runs where the refund waits for a person
+  (``needs_approval``): a run that pauses returns the SDK's result (its ``interruptions``); the person's answer
+  comes back as the answered ``RunState``, saved as a string (``state``), and the run resumes from it."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from agents import Agent, FunctionTool, RunConfig, Runner, SQLiteSession, function_tool
+from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, SQLiteSession, function_tool
 from agents.items import ModelResponse
 from agents.models.interface import Model
+from agents.run_state import RunState
 from agents.usage import Usage
 from openai.types.responses import (
     Response,
@@ -121,3 +125,26 @@ async def run_bare(thread_id: str, prompt: str, *, agent: Agent[Any], sessions: 
     history = await session.get_items()
     result = await Runner.run(agent, [] if history else prompt, session=session, run_config=OFFLINE)
     return to_messages(result)
+
+
+async def run_approved(
+    thread_id: str, prompt: str, *, agent: Agent[Any], ledger: LedgerStore, state: str | None = None
+) -> RunResult:
+    """:func:`run_support` with approvals: started (or retried) from *prompt*, or resumed from the person's
+    answered *state* (``result.to_state()`` answered, then ``to_string()``: what the approval endpoint receives).
+    A run that pauses returns its result with ``interruptions``; ``run_replay_safe`` records the answers once."""
+    durable = replay_safe(agent, ledger=ledger, run_id=thread_id)
+    given = prompt if state is None else await RunState.from_string(durable, state)
+    return await run_replay_safe(durable, given, run_config=OFFLINE)
+
+
+async def run_bare_approved(
+    thread_id: str, prompt: str, *, agent: Agent[Any], sessions: str, state: str | None = None
+) -> RunResult:
+    """:func:`run_bare` with approvals: the SDK alone resumes from whatever answered state it is sent."""
+    session = SQLiteSession(thread_id, sessions)
+    if state is not None:
+        return await Runner.run(agent, await RunState.from_string(agent, state), session=session,
+                                run_config=OFFLINE)  # fmt: skip
+    history = await session.get_items()
+    return await Runner.run(agent, [] if history else prompt, session=session, run_config=OFFLINE)

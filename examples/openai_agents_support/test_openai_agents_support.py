@@ -13,8 +13,16 @@ import pytest
 
 pytest.importorskip("agents", reason="the openai-agents extra is not installed: pip install '.[openai-agents]'")
 
-from examples.openai_agents_support.agent import FINAL, build_agent, run_bare, run_support, run_support_streamed
-from pytest_replaysafe import CrashRun, Effects, ReplaySafetyViolation
+from examples.openai_agents_support.agent import (
+    FINAL,
+    build_agent,
+    run_approved,
+    run_bare,
+    run_bare_approved,
+    run_support,
+    run_support_streamed,
+)
+from pytest_replaysafe import Approvals, CrashRun, Effects, ReplaySafetyViolation
 
 PROMPT = {"prompt": "Please refund order A-1042 and let the customer know."}
 
@@ -60,4 +68,33 @@ def test_bare_agent(crash_run: CrashRun, effects: Effects, tmp_path: Path) -> No
     """The SDK alone: its session keeps the run's items, and after a crash its user runs the agent again on
     the session. The turn's calls run again, finished ones included."""
     run = partial(run_bare, agent=build_agent(effects), sessions=str(tmp_path / "sessions.db"))
+    assert crash_run.invoke(run, PROMPT).final_text == FINAL
+
+
+@pytest.mark.crash_matrix(framework="openai_agents", backends="sqlite,postgres", modes="inprocess,sigkill,resumers")
+def test_approved_refund(crash_run: CrashRun, effects: Effects, approvals: Approvals) -> None:
+    """The refund waits for a person (``needs_approval``); the harness plays the person, answering from the
+    run's ``RunState``, and the run resumes from the answered state: killed at the pause, after the answer is
+    recorded, and in the approved refund, the refund happens at most once and only after its approval."""
+    run = partial(run_approved, agent=build_agent(effects, approval=True), ledger=crash_run.checkpointer)
+    check(crash_run, effects, run)
+    assert [i.tool for i in approvals.asked(crash_run.thread_id)][-1:] == ["refund_order"]
+
+
+@pytest.mark.xfail(
+    raises=ReplaySafetyViolation,
+    strict=False,
+    reason="the before: the SDK alone takes every answer it is sent (--runxfail shows them)",
+)
+@pytest.mark.crash_matrix(
+    framework="openai_agents",
+    backends="sqlite",
+    points="tool.before_invoke,tool.in_flight,tool.after_return,approval.after_pause",
+    modes="inprocess,sigkill,resumers",
+)
+def test_bare_approved_refund(crash_run: CrashRun, effects: Effects, approvals: Approvals, tmp_path: Path) -> None:
+    """The SDK alone, the refund waiting for a person: its answered state sent again (a retried request) or by k
+    processes at once refunds again; killed at the pause, the retried job goes on from its session without the
+    refund, and the model says it refunded."""
+    run = partial(run_bare_approved, agent=build_agent(effects, approval=True), sessions=str(tmp_path / "s.db"))
     assert crash_run.invoke(run, PROMPT).final_text == FINAL

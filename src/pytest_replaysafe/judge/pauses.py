@@ -6,8 +6,9 @@ Resume sent twice changes nothing.
 From the execution log: ``asked`` (the harness's person was shown an interrupt, with its kind and the call it is
 about),
 ``decided`` (the harness's checkpointer wrapper saw the decision written), ``start`` or ``body`` (a body ran, as
-the runtime said or the harness's witness saw) and
-``pause_problem`` (what the harness found while answering, such as a repeated Resume that wrote the thread).
+the runtime said or the harness's witness saw; ``cond="needs_approval"``: an OpenAI Agents SDK tool that needs
+approval, as the harness read it on the tool, which must not run unasked) and ``pause_problem`` (what the harness
+found while answering, such as a repeated Resume that wrote the thread).
 
 A LangGraph app's pause (``asked`` with ``via="langgraph"``) is judged by ``answered``, the answer the harness
 sent (LangGraph's ``interrupt()`` ids name a task, not one question, so a written decision cannot be told
@@ -18,7 +19,8 @@ message's calls together, and the ledger keeps theirs for the resume.
 A Pydantic AI agent's pause (``via="pydantic_ai"``) is judged the same way (its run runs a response's other calls
 before it returns the deferred ones; resumed, it comes back with them and asks again), by the decision recorded in
 the ledger (``decided``) on the durable agent, by the answer sent (``answered``) on a bare one, which records
-none."""
+none. An OpenAI Agents SDK run's pause (``via="openai_agents"``) likewise, except that it is never asked again
+once decided (the answered ``RunState`` is what a resume sends)."""
 
 from __future__ import annotations
 
@@ -27,10 +29,15 @@ from collections.abc import Mapping, Sequence
 from pytest_replaysafe.judge.evidence import Entry, fingerprint
 
 APPROVED = fingerprint(True)
+#: The ``cond`` of a body whose tool needs a person's approval on the tool itself (the harness read it there).
+NEEDS_APPROVAL = "needs_approval"
 #: A body began: the runtime said so (``start``) or the harness's witness saw it from inside (``body``).
 RAN = ("start", "body")
 #: The frameworks whose runs ask a pause again as they resume it, and run its siblings while it waits.
 ASKED_AGAIN = ("langgraph", "pydantic_ai")
+#: The frameworks whose runs run a pause's siblings while it waits (the OpenAI Agents SDK runs a response's other
+#: calls before it returns the interrupted ones; resumed from the answered ``RunState``, it does not ask again).
+SIBLINGS_RUN = (*ASKED_AGAIN, "openai_agents")
 
 
 def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[str]:
@@ -38,7 +45,7 @@ def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[
     problems: list[str] = []
     decided: dict[str, tuple[int, Entry]] = {}  # interrupt id -> (position, first decided entry)
     about: dict[str, str] = {}  # interrupt id -> the call it asks about (harness identity)
-    framework: dict[str, str] = {}  # those a framework asked (ASKED_AGAIN: its siblings run as it asks) -> it
+    framework: dict[str, str] = {}  # those a framework asked (SIBLINGS_RUN: its siblings run as it asks) -> it
     for n, e in enumerate(entries):
         if e.event == "answered":  # (a LangGraph pause: what the person said stands for its decision)
             decided.setdefault(e.id, (n, e))
@@ -55,10 +62,17 @@ def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[
                 )
             if e.cond == "approval" and e.call is not None:
                 about.setdefault(e.id, e.call)
-                if e.via in ASKED_AGAIN:
+                if e.via in SIBLINGS_RUN:
                     framework[e.id] = e.via
         elif e.event == "pause_problem" and e.out:
             problems.append(e.out)
+    asked = set(about.values())
+    for label in sorted({labels.get(e.hid, e.hid) for e in entries if e.event == "body" and e.cond == NEEDS_APPROVAL
+                         and e.hid not in asked}):  # fmt: skip
+        problems.append(
+            f"{label} ran although no person was asked: its tool needs approval (needs_approval=True), and the run "
+            "never paused for it"
+        )
     ran = [(n, e.hid) for n, e in enumerate(entries) if e.event in RAN]
     bodies = [(n, e.hid) for n, e in enumerate(entries) if e.event == "body"]  # (the witness's own view)
     for interrupt_id, call in about.items():

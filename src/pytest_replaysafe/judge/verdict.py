@@ -27,6 +27,13 @@ from pytest_replaysafe.judge.witnessed import effect_and_policy, witness_problem
 if TYPE_CHECKING:
     from tenxgraph.state.messages import Message
 
+#: The marks of a call unprotected by its nature: it timed out, its model gave it no id, no ledger recorded it.
+UNPROTECTED = frozenset({"timeout", "missing_id", UNRECORDED})
+#: Why a call no ledger recorded ran once per resumer, by framework (a LangGraph app's: below).
+RESUMERS_WHY = {
+    "pydantic_ai": " (no ledger recorded it: each resumer ran it; with pydantic_ai.LedgerDurability it runs once)",
+    "openai_agents": " (no ledger recorded it: each resumer ran it; replay_safe and run_replay_safe run it once)",
+}
 #: Points that fire while tool calls are in progress: only there may a sibling legitimately be unfinished at the
 #: crash (running, or returned and not recorded yet). At every other point the node had completed or not
 #: started, so an unrecorded call that ran again is a violation, not a gap.
@@ -255,8 +262,9 @@ def judge(
     policed = {hid for hid, (_, policy) in declared.items() if policy}
     refused = Counter(calls_of.get(e.id, e.id) for e in evidence.entries if e.cond == RECORD_FAILED)
     refused = Counter({call: n for call, n in refused.items() if call not in policed})
-    # timeout, missing id: unprotected by their nature
-    marked = {e.hid: e.cond for e in evidence.entries if e.cond and e.cond != RECORD_FAILED}
+    # timeout, missing id, no ledger: unprotected by their nature (not a pause's marks: a call that waited for a
+    # person is held to its declaration like any other)
+    marked = {e.hid: e.cond for e in evidence.entries if e.cond in UNPROTECTED}
     gaps: set[str] = set()
     reads = {hid for hid, (effect, _) in declared.items() if effect == "read"}  # may run again: no gap, no record
     # a transactional call's writes commit with its record: what counts is how often that committed
@@ -287,8 +295,8 @@ def judge(
         if n <= allowed:
             gaps |= names
             continue
-        if marked.get(eid) == UNRECORDED and mode == "resumers" and evidence.framework == "pydantic_ai":
-            why = " (no ledger recorded it: each resumer ran it; with pydantic_ai.LedgerDurability it runs once)"
+        if marked.get(eid) == UNRECORDED and mode == "resumers" and evidence.framework in RESUMERS_WHY:
+            why = RESUMERS_WHY[evidence.framework]
         elif marked.get(eid) == UNRECORDED and mode == "resumers":
             why = (
                 " (no ledger recorded it: each process that resumed the pause ran it; ReplaySafeToolNode runs it "

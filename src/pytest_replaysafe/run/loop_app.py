@@ -27,6 +27,7 @@ import pytest
 
 from pytest_replaysafe.judge.evidence import ExecutionLog
 from pytest_replaysafe.run.effects import in_loop
+from pytest_replaysafe.run.openai_agents_pauses import is_sdk_result
 from pytest_replaysafe.run.openai_agents_watch import is_function_tool, witness_function_tools
 from tenxgraph.core.graph.results import RunResult
 from tenxgraph.core.tools.tool import Tool
@@ -75,7 +76,7 @@ class LoopApp:
                 "crash_run.invoke(loop, input): a plain loop's input is a dict of its keyword arguments, without "
                 f"thread_id (the harness passes it: loop(thread_id=..., **input)); got {input!r}"
             )
-        self.loop, self.input, self.workdir = loop, dict(input), workdir
+        self.loop, self.input, self.workdir, self.log = loop, dict(input), workdir, log
         found = list(reachable_tools(loop))
         self.tools = [t for t in found if isinstance(t, Tool)]
         function_tools = [t for t in found if not isinstance(t, Tool)]  # an OpenAI Agents SDK agent's
@@ -89,29 +90,54 @@ class LoopApp:
         self, input: Mapping[str, Any] | None, thread: str, config: Any, stream: bool, approvals: Any = None,
         at_once: Callable[[Callable[[], object]], None] | None = None,
     ) -> RunResult[Any]:  # fmt: skip
-        """Start the loop on *thread*, or resume it (*input* None): the same call again; *at_once*: the resume is
-        made by many processes at once first (the ``resumers`` mode), then once more. Its conversation."""
-        if at_once is not None and input is None:
-            at_once(lambda: self._call(thread))
-        return self._call(thread)
+        """Start the loop on *thread*, or resume it (*input* None): the same call again, with the answer to its
+        pause it was last sent, if any; *at_once*: the resume is made by many processes at once first (the
+        ``resumers`` mode), then once more. With *approvals*, a run that comes back paused (an OpenAI Agents SDK
+        result with interruptions) is answered until it ends (:mod:`.openai_agents_pauses`). Its conversation."""
+        from pytest_replaysafe.run.openai_agents_pauses import answer_interruptions, is_paused, kept, takes_state
 
-    def _call(self, thread: str) -> RunResult[Any]:
+        answers = self._path(thread).with_suffix(".state")
+        state = kept(answers) if input is None else None  # (a person's answer, sent again by the retried job)
+        if at_once is not None and input is None:
+            at_once(lambda: self._call(thread, state))
+        returned = self._call(thread, state)
+        if is_paused(returned) and (approvals is None or not takes_state(self.loop)):
+            raise pytest.UsageError(
+                "crash_run.invoke: the OpenAI Agents SDK run paused for approval (its result has interruptions): "
+                + ("request the approvals fixture in the test, and the harness answers it as a person would"
+                   if approvals is None else "the run function must take state= (the answered RunState, saved "
+                   "as a string) and resume from it: RunState.from_string(agent, state) (docs/openai-agents.md)")
+            )  # fmt: skip
+        if approvals is not None:
+            answer_interruptions(returned, lambda saved: self._call(thread, saved), (thread, answers), approvals,
+                                 self.log, at_once)  # fmt: skip
+        return self.result(thread)
+
+    def _call(self, thread: str, state: str | None = None) -> object:
+        """One call of the loop (with *state*: the answered pause it resumes from); its conversation saved. What
+        it returned."""
+        answer = {} if state is None else {"state": state}
         with in_loop(thread):  # (an effect its own code applies, outside a tool call, is on its thread)
-            returned = self.loop(thread_id=thread, **self.input)
+            returned = self.loop(thread_id=thread, **answer, **self.input)
             if inspect.isawaitable(returned):
                 returned = run_sync(_awaited(returned))
-        if not isinstance(returned, list):
+        conversation = returned
+        if is_sdk_result(returned):  # an OpenAI Agents SDK run's result: its conversation read by the harness
+            from tenxgraph.integrations.openai_agents import to_messages
+
+            conversation = to_messages(returned)
+        if not isinstance(conversation, list):
             raise pytest.UsageError(
                 f"crash_run.invoke: the loop returned {type(returned).__name__}; a plain loop returns its "
                 "conversation, a list of chat messages (dicts with role, content, tool_calls, tool_call_id), or "
-                "of tenxgraph messages (an OpenAI Agents SDK run's: tenxgraph.integrations.openai_agents.to_messages)"
+                "of tenxgraph messages; a function that runs an OpenAI Agents SDK agent may return its result"
             )
-        returned = [{TENXGRAPH: m.to_dict()} if isinstance(m, Message) else m for m in returned]
+        saved = [{TENXGRAPH: m.to_dict()} if isinstance(m, Message) else m for m in conversation]
         path = self._path(thread)
         part = path.with_name(f"{path.name}.{os.getpid()}.part")
-        part.write_text(json.dumps(returned, default=str))
+        part.write_text(json.dumps(saved, default=str))
         os.replace(part, path)  # (atomic: a kill leaves the previous conversation or this one)
-        return self.result(thread)
+        return returned
 
     def _path(self, thread: str) -> Path:
         return self.workdir / f"{thread.replace(':', '_')}.loop.json"

@@ -14,7 +14,9 @@ On a bare agent (no ledger around the call) the wrapper also logs the call as un
 the watch of a bare Pydantic AI agent does. A tool's declaration is read from the tool itself, where
 ``declare()`` keeps it (effect class, in-doubt policy), and mapped by the harness; a tool declared only to
 ``replay_safe`` (per run) has none the harness can see: its entries say so (``UNDECLARED``), and the verdict
-reads its declaration from the runtime's events."""
+reads its declaration from the runtime's events. A tool that needs a person's approval on the tool itself
+(``needs_approval=True``, read as the wrapper is made) has its bodies marked so (``cond="needs_approval"``): the
+verdict finds a body of it that ran with no person asked (:mod:`pytest_replaysafe.judge.pauses`)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call, running_call
 
 _MARK = "__replaysafe_witness__"
+#: The ``cond`` of a body whose tool needs a person's approval (``needs_approval=True`` on the tool).
+NEEDS_APPROVAL = "needs_approval"
 _FAKE_ID = "__fake_id__"  # (the SDK's stand-in id for an item a Chat Completions model gives none)
 
 
@@ -51,8 +55,11 @@ def witness_function_tools(tools: Iterable[Any], log: ExecutionLog) -> None:
         if getattr(invoke, _MARK, False):
             continue
         name = tool.name
+        asks = NEEDS_APPROVAL if getattr(tool, "needs_approval", False) is True else None
 
-        async def on_invoke_tool(ctx: Any, input: str, invoke: Any = invoke, name: str = name, tool: Any = tool) -> Any:
+        async def on_invoke_tool(
+            ctx: Any, input: str, invoke: Any = invoke, name: str = name, tool: Any = tool, asks: str | None = asks
+        ) -> Any:
             thread = loop_thread()
             if thread is None:  # (outside a cell's run)
                 return await invoke(ctx, input)
@@ -61,14 +68,15 @@ def witness_function_tools(tools: Iterable[Any], log: ExecutionLog) -> None:
             info = current_tool_call()
             declared = _declared(tool)
             if info is not None:
-                return await _body(log, (thread, info.execution_id, message_id, name, declared), invoke, ctx, input)
+                said = (thread, info.execution_id, message_id, name, declared, asks)
+                return await _body(log, said, invoke, ctx, input)
             effect, policy = declared or (None, None)  # (nothing guards the call: its declaration is its own)
             bare = ToolCallInfo(thread, message_id, ctx.tool_call_id, name, 0, None, policy, effect)
             with running_call(bare):  # (its effects are attributed to it; the tool points fire in its window)
                 crash_point("tool.before_invoke")
                 _log(log, bare, "start")
                 try:
-                    said = (thread, bare.execution_id, message_id, name, declared)
+                    said = (thread, bare.execution_id, message_id, name, declared, asks)
                     output = await _body(log, said, invoke, ctx, input)
                 except Exception as exc:
                     _log(log, bare, "end", f"{type(exc).__name__}: {exc}", True)
@@ -90,17 +98,18 @@ def _declared(tool: Any) -> tuple[str | None, str | None] | None:
     return found[0], declared_policy(found[0], found[1])
 
 
-async def _body(log: ExecutionLog, said: tuple[str, str, str, str, Any], invoke: Any, ctx: Any, input: str) -> Any:
-    """One run of the body (*said*: thread, execution id, message id, tool, declaration): ``body`` as it begins
-    (the key it can read), ``body_end`` with what it returned."""
+async def _body(log: ExecutionLog, said: tuple[str, str, str, str, Any, str | None], invoke: Any, ctx: Any,
+                input: str) -> Any:  # fmt: skip
+    """One run of the body (*said*: thread, execution id, message id, tool, declaration, whether it needs
+    approval): ``body`` as it begins (the key it can read), ``body_end`` with what it returned."""
     from tenxgraph.integrations.openai_agents import current_idempotency_key
 
-    thread, eid, message_id, name, declared = said
+    thread, eid, message_id, name, declared, asks = said
     call = call_id_of(message_id, 0)
     effect, policy = declared or (None, None)
     via = "openai_agents" if declared is not None else UNDECLARED
     log.write(Entry(thread, eid, "body", name, policy=policy, effect=effect, ikey=current_idempotency_key(),
-                    call=call, via=via))  # fmt: skip
+                    call=call, via=via, cond=asks))  # fmt: skip
     try:
         output = await invoke(ctx, input)
     except Exception:

@@ -90,8 +90,9 @@ _LANGGRAPH_HARNESS = "pytest_replaysafe.run.langgraph_app"  # the harness's save
 _LANGGRAPH_SAVER = "tenxgraph.integrations.langgraph.saver"  # CrashPointSaver, around a LangGraph saver
 _PYDANTIC_AI = "tenxgraph.integrations.pydantic_ai.backend"  # LedgerDurability's journal of model responses
 _PYDANTIC_AI_HARNESS = ("pytest_replaysafe.run.pydantic_ai_app",)  # a bare agent's history, saved by the harness
-#: A Pydantic AI run came back paused (DeferredToolRequests) to the harness, which plays its caller.
-_PYDANTIC_AI_PAUSES = ("pytest_replaysafe.run.pydantic_ai_pauses",)
+#: A Pydantic AI run came back paused (DeferredToolRequests), or an OpenAI Agents SDK run with interruptions, to
+#: the harness, which plays its caller.
+_HARNESS_PAUSES = ("pytest_replaysafe.run.pydantic_ai_pauses", "pytest_replaysafe.run.openai_agents_pauses")
 _OPENAI_AGENTS = "tenxgraph.integrations.openai_agents.journal"  # replay_safe's journal of model responses
 #: Every built-in point, in the order the points fire in a run.
 POINTS: tuple[CrashPoint, ...] = (
@@ -138,7 +139,7 @@ POINTS: tuple[CrashPoint, ...] = (
         "crash",
         "the run paused for a person: its interrupts are stored (status interrupted); the caller has no answer yet",
         _COMPILED,
-        _PYDANTIC_AI_PAUSES,
+        _HARNESS_PAUSES,
     ),
     CrashPoint(
         "approval.after_decision",

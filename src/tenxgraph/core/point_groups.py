@@ -37,11 +37,13 @@ PYDANTIC_AI_POINTS = (
 LOOP_POINTS = ("tool.before_invoke", "tool.in_flight", "tool.after_return", "tool.after_record")
 #: The points of an OpenAI Agents SDK agent (``framework="openai_agents"``): its model's responses, journaled by
 #: ``replay_safe`` (a bare agent has no journal), and those around each tool call (the harness's watch of a bare
-#: agent's calls fires ``tool.before_invoke`` and ``tool.after_return``).
+#: agent's calls fires ``tool.before_invoke`` and ``tool.after_return``) and, where a test has the ``approvals``
+#: fixture, its pauses (``run_replay_safe`` records a ``RunState``'s answers before the run that takes them).
 OPENAI_AGENTS_POINTS = (
     "openai_agents.after_model_response",
     "openai_agents.after_model_record",
     *LOOP_POINTS,
+    *APPROVAL_POINTS,
 )
 #: Framework name -> its points (our runtime's are every other point).
 FRAMEWORK_POINTS = {
