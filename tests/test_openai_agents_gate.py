@@ -288,6 +288,16 @@ APPROVAL_MUTANTS: dict[str, tuple[str, str, str | None]] = {
         "ran although no person was asked",
         "executed",
     ),
+    # a different answer after the recorded one is not refused (double-resume: a second person's "no" after the
+    # recorded "yes"): the run goes on with an answer that does not stand
+    "other_answer_taken": (
+        "import tenxgraph.integrations.openai_agents.decisions as d\n"
+        "from tenxgraph.utils.errors import InterruptDecidedError\nreal = d.record_first_answers\n"
+        "async def first(*a, **k):\n    try:\n        return await real(*a, **k)\n"
+        "    except InterruptDecidedError:\n        return {}\nd.record_first_answers = first\n",
+        "otherwise than the recorded decisions was accepted",
+        "executed",
+    ),
 }
 
 
@@ -332,15 +342,20 @@ def test_a_broken_pause_is_caught_for_its_own_reason(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mutant: str
 ) -> None:
     patch, reason, not_said = APPROVAL_MUTANTS[mutant]
-    cells = run(pytester, monkeypatch, patch, "inprocess", APPROVED)
+    cells = run(pytester, monkeypatch, patch, "double-resume" if mutant == "other_answer_taken" else "inprocess",
+                APPROVED)  # fmt: skip
     caught = [c for c in cells if c["outcome"] == "violation"]
     assert caught, [(c["point"], c["outcome"], c.get("detail")) for c in cells]
     details = [c["detail"] for c in caught]
     assert all(reason in d and (not_said is None or not_said not in d) for d in details), details
 
 
-@pytest.mark.parametrize("test", ["run", "streamed", "approved"])
-@pytest.mark.parametrize("mode", ["inprocess", "resumers"])
+#: Each test as it is, in the modes its cells run in.
+AS_IT_IS = [*((t, m) for t in ("run", "streamed", "approved") for m in ("inprocess", "resumers")),
+            ("approved", "double-resume")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("test", "mode"), AS_IT_IS)
 def test_the_integration_as_it_is_fails_no_cell(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str, test: str
 ) -> None:

@@ -71,11 +71,14 @@ def test_bare_agent(crash_run: CrashRun, effects: Effects, tmp_path: Path) -> No
     assert crash_run.invoke(run, PROMPT).final_text == FINAL
 
 
-@pytest.mark.crash_matrix(framework="openai_agents", backends="sqlite,postgres", modes="inprocess,sigkill,resumers")
+@pytest.mark.crash_matrix(
+    framework="openai_agents", backends="sqlite,postgres", modes="inprocess,sigkill,resumers,double-resume"
+)
 def test_approved_refund(crash_run: CrashRun, effects: Effects, approvals: Approvals) -> None:
     """The refund waits for a person (``needs_approval``); the harness plays the person, answering from the
     run's ``RunState``, and the run resumes from the answered state: killed at the pause, after the answer is
-    recorded, and in the approved refund, the refund happens at most once and only after its approval."""
+    recorded, and in the approved refund, the refund happens at most once and only after its approval; an answer
+    sent twice changes nothing, and a different one sent after it is refused (``double-resume``)."""
     run = partial(run_approved, agent=build_agent(effects, approval=True), ledger=crash_run.checkpointer)
     check(crash_run, effects, run)
     assert [i.tool for i in approvals.asked(crash_run.thread_id)][-1:] == ["refund_order"]

@@ -324,10 +324,11 @@ LANGGRAPH_MODES = ("inprocess", "sigkill", "stream", "prune", "resumers")
 #: The modes a Pydantic AI agent's cells run in. ``resumers``: k processes resume the crashed run at once.
 PYDANTIC_AI_MODES = ("inprocess", "sigkill", "stream", "resumers")
 #: The modes of a plain loop's cells: a resume is the function called again. An OpenAI Agents SDK run's also
-#: ``resumers`` (k processes call it at once: ``run_replay_safe`` takes them in turn).
+#: ``resumers`` (k processes call it at once: ``run_replay_safe`` takes them in turn) and, where the test has the
+#: ``approvals`` fixture, ``double-resume`` (each answer twice; a different one first on a resume).
 LOOP_MODES = ("inprocess", "sigkill")
 _MODES = {"langgraph": LANGGRAPH_MODES, "pydantic_ai": PYDANTIC_AI_MODES, "loop": LOOP_MODES,
-          "openai_agents": (*LOOP_MODES, "resumers")}  # fmt: skip
+          "openai_agents": (*LOOP_MODES, "resumers", "double-resume")}  # fmt: skip
 #: Where ``resumers`` resume the crashed run itself (no pause to answer, so no ``approvals`` fixture needed).
 RUN_RESUMERS = frozenset({("pydantic_ai", "resumers"), ("openai_agents", "resumers")})
 _NAMES = {"langgraph": "a LangGraph app", "pydantic_ai": "a Pydantic AI agent", "loop": "a plain loop",

@@ -174,6 +174,7 @@ class CellDriver:
             )
         if loop_app.is_loop(app):
             checked = loop_app.checked(app, input, config or stream, self.workdir, where, self.log)
+            checked.double_resume = self.double_resume
             return self._drive(checked, input, {}, False)
         if not is_langgraph_app(app):
             return self._drive(app, input, config, stream)

@@ -85,6 +85,8 @@ class LoopApp:
         #: harness cannot reach is judged by its effects alone (counted outside, on the loop's thread).
         self.judged = frozenset(t.name for t in found)
         self.thread_prefix = ""
+        #: ``double-resume``: each answer to a pause sent twice, and a different one first on a resume.
+        self.double_resume = False
 
     def run(
         self, input: Mapping[str, Any] | None, thread: str, config: Any, stream: bool, approvals: Any = None,
@@ -94,10 +96,18 @@ class LoopApp:
         pause it was last sent, if any; *at_once*: the resume is made by many processes at once first (the
         ``resumers`` mode), then once more. With *approvals*, a run that comes back paused (an OpenAI Agents SDK
         result with interruptions) is answered until it ends (:mod:`.openai_agents_pauses`). Its conversation."""
-        from pytest_replaysafe.run.openai_agents_pauses import answer_interruptions, is_paused, kept, takes_state
+        from pytest_replaysafe.run.openai_agents_pauses import (
+            answer_interruptions,
+            contradict,
+            is_paused,
+            kept,
+            takes_state,
+        )
 
         answers = self._path(thread).with_suffix(".state")
         state = kept(answers) if input is None else None  # (a person's answer, sent again by the retried job)
+        if state is not None and self.double_resume:
+            contradict(lambda saved: self._call(thread, saved), answers, thread, self.log)
         if at_once is not None and input is None:
             at_once(lambda: self._call(thread, state))
         returned = self._call(thread, state)
@@ -110,7 +120,7 @@ class LoopApp:
             )  # fmt: skip
         if approvals is not None:
             answer_interruptions(returned, lambda saved: self._call(thread, saved), (thread, answers), approvals,
-                                 self.log, at_once)  # fmt: skip
+                                 self.log, at_once, self.double_resume)  # fmt: skip
         return self.result(thread)
 
     def _call(self, thread: str, state: str | None = None) -> object:

@@ -12,9 +12,10 @@ what it was asked (``asked``, ``via="openai_agents"``) and, for a bare agent (on
 not journal: no ledger to record the answer in), what it answered (``answered``); a replay-safe run's decisions
 are the ledger writes the harness's checkpointer wrapper sees (``decided``). The answered state is kept in the
 cell's folder: a resume of the cell sends it again (a person's answer, retried), and in the ``resumers`` mode it is
-sent by k processes at once first. The pause's crash points: ``approval.after_pause`` (the run came back paused;
-nobody has answered), fired here, and ``approval.after_decision`` (the answers are recorded; the run that takes
-them has not begun), fired by ``run_replay_safe``."""
+sent by k processes at once first; in ``double-resume``, each answer is sent twice, and a resume first sends the
+other answer, which must be refused (:func:`contradict`). The pause's crash points: ``approval.after_pause``
+(the run came back paused; nobody has answered), fired here, and ``approval.after_decision`` (the answers are
+recorded; the run that takes them has not begun), fired by ``run_replay_safe``."""
 
 from __future__ import annotations
 
@@ -115,10 +116,12 @@ def answer_interruptions(
     approvals: Approvals,
     log: ExecutionLog,
     at_once: AtOnce | None = None,
+    twice: bool = False,
 ) -> None:
     """Answer a run that came back paused (*returned*), and every pause after it, until the run ends: *send(state)*
     calls the run function with the answered state and returns what it returned. *where*: the thread, and the file
-    the answered state is kept in (:func:`kept`)."""
+    the answered state is kept in (:func:`kept`). *twice* (``double-resume``): each answered state is sent a
+    second time (a double click: it must change nothing, which the bodies the witness counts show)."""
     thread, path = where
     for _ in range(MAX_ROUNDS):
         if not is_paused(returned):
@@ -136,10 +139,15 @@ def answer_interruptions(
             for interrupt_id, decision in decisions.items():
                 log.write(Entry(thread, interrupt_id, "answered", fp=fingerprint(decision), out=preview(decision),
                                 t=round(time.monotonic(), 6), via=VIA))  # fmt: skip
+        flipped = {i: d is not True for i, d in decisions.items()}  # (a second person's other answer)
+        keep(path.with_suffix(".other"), json.dumps({"ids": sorted(decisions), "state": answered_state(result,
+             flipped)}))  # fmt: skip
         keep(path, saved)
         if at_once is not None:
             at_once(partial(send, saved))
         returned = send(saved)
+        if twice:
+            send(saved)
     raise RuntimeError(f"thread {thread!r} paused {MAX_ROUNDS} times in one drive: a pause that never ends?")
 
 
@@ -154,3 +162,27 @@ def keep(path: Path, saved: str) -> None:
 def kept(path: Path) -> str | None:
     """The last answered state of the thread, to send again (a person's answer retried), if one was kept."""
     return path.read_text() if path.exists() else None
+
+
+def contradict(send: Callable[[str], object], path: Path, thread: str, log: ExecutionLog) -> None:
+    """``double-resume``: before the kept answer is sent again, send the other one (each decision flipped: a
+    second person, a stale tab), when every decision of its pause was seen written (``decided``): it must be
+    refused (``InterruptDecidedError``) before anything runs; a runtime that takes it acts on an answer that
+    does not stand. Another failure is the run's own."""
+    from tenxgraph.utils.errors import InterruptDecidedError
+
+    other = path.with_suffix(".other")
+    if not other.exists():
+        return
+    kept_other = json.loads(other.read_text())
+    decided = {e.id for e in log.entries(thread) if e.event == "decided"}
+    if not set(kept_other["ids"]) <= decided:  # (a decision not recorded yet: the other answer would be the first)
+        return
+    try:
+        send(kept_other["state"])
+    except InterruptDecidedError:
+        return  # refused, as it must be
+    log.write(Entry(thread, "resume", "pause_problem", out=(
+        f"a RunState answering {kept_other['ids']} otherwise than the recorded decisions was accepted: one "
+        "decision per interrupt, a second, different one must be refused"
+    )))  # fmt: skip
