@@ -169,9 +169,8 @@ class CellDriver:
         config = dict(config or {})
         where = (self.nodeid, self.framework, self.cell is not None)
         if is_pydantic_ai_agent(app):
-            return self._drive(
-                pydantic_ai_app.checked(app, input, self.log, self.workdir, where), input, config, stream
-            )
+            agent = pydantic_ai_app.checked(app, input, self.log, self.workdir, where)
+            return self._drive(agent, input, config, stream)
         if loop_app.is_loop(app):
             checked = loop_app.checked(app, input, config or stream, self.workdir, where, self.log)
             checked.double_resume = self.double_resume
