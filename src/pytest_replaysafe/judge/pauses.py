@@ -74,7 +74,7 @@ def pause_problems(entries: Sequence[Entry], labels: Mapping[str, str]) -> list[
             "never paused for it"
         )
     ran = [(n, e.hid) for n, e in enumerate(entries) if e.event in RAN]
-    bodies = [(n, e.hid) for n, e in enumerate(entries) if e.event == "body"]  # (the witness's own view)
+    bodies = _bodies(entries)  # (the witness's own view)
     for interrupt_id, call in about.items():
         if interrupt_id not in framework:
             problems += _batch_problems(call, decided.get(interrupt_id), ran, labels)
@@ -121,3 +121,15 @@ def _batch_problems(
                     and (until is None or n < until)})  # fmt: skip
     waited = labels.get(call, call)
     return [f"{labels.get(hid, hid)} ran while {waited} of its batch waited for approval" for hid in early]
+
+
+def _bodies(entries: Sequence[Entry]) -> list[tuple[int, str]]:
+    """Where each body the witness saw began (position, call), less those that paused (``body_paused``: a body
+    that raised its framework's pause, such as Pydantic AI's ``ApprovalRequired``, asked and did not run)."""
+    began: dict[str, list[int]] = {}
+    for n, e in enumerate(entries):
+        if e.event == "body":
+            began.setdefault(e.hid, []).append(n)
+        elif e.event == "body_paused" and began.get(e.hid):
+            began[e.hid].pop()
+    return sorted((n, hid) for hid, starts in began.items() for n in starts)

@@ -45,6 +45,8 @@ def provenance(
                 f"{labels.get(call, call)} was given {len(ikeys)} different idempotency keys across attempts"
             )
     problems += shared_keys(keys, labels)
+    for call, given in deferred_answers(entries):  # (its result came from elsewhere: the answer is what it returned)
+        returned[call].add((given, False))
     by_value = {fp: call for call, fps in returned.items() for fp, error in fps if fp is not None and not error}
     for i, m in enumerate(messages):
         if m.role != "assistant":
@@ -74,6 +76,14 @@ def provenance(
             source = f"the result of {labels.get(other, other)}" if other else "a value its body never returned"
             problems.append(f"{label} was answered with {source}")
     return problems
+
+
+def deferred_answers(entries: Iterable[Entry]) -> list[tuple[str, str | None]]:
+    """The answers to a Pydantic AI agent's calls deferred as external (``CallDeferred``: asked as a question, its
+    body paused): each call (harness identity) with its answer's fingerprint, recorded or given."""
+    deferred = {e.id: e.hid for e in entries if e.event == "asked" and e.cond == "interrupt" and e.call
+                and e.via == "pydantic_ai"}  # fmt: skip
+    return [(deferred[e.id], e.fp) for e in entries if e.event in ("decided", "answered") and e.id in deferred]
 
 
 Answer = tuple[str | None, bool]

@@ -3,9 +3,12 @@
 the run's output is no longer a pause: through ``aresume_once`` on the durable agent (the answer recorded in the
 ledger first, so k processes sending it at once run the rest of the run once), by a plain run on the bare one.
 
-Each deferred call is shown to the person as a :class:`~tenxgraph.Interrupt` of kind ``approval`` (id: its
-``tool_call_id``; its tool, arguments and response), so that one ``approvals.answer(rule)`` serves every runtime:
-``True`` approves, ``False`` or a reason string denies (``ToolDenied(reason)``). The harness logs what it was asked
+Each deferred call is shown to the person as a :class:`~tenxgraph.Interrupt` (id: its ``tool_call_id``; its tool,
+arguments and response), so that one ``approvals.answer(rule)`` serves every runtime: a call that needs approval
+(``requires_approval``, ``ApprovalRequired``) is of kind ``approval``: ``True`` approves, ``False`` or a reason
+string denies (``ToolDenied(reason)``); a call deferred as external (``CallDeferred``: its result comes from
+elsewhere, a job, a webhook) is of kind ``interrupt``, and the answer is the call's result
+(``DeferredToolResults(calls=...)``). The harness logs what it was asked
 (``asked``, ``via="pydantic_ai"``: a resumed run comes back with its deferred calls again, and asks again) and, for a
 bare agent (no ledger to record the answer in), what it answered (``answered``); the durable agent's decisions are
 the ledger writes its checkpointer wrapper sees (``decided``). The pause's crash points: ``approval.after_pause``
@@ -24,7 +27,7 @@ import pytest
 from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, call_id_of, fingerprint, preview
 from pytest_replaysafe.run.approvals import MAX_ROUNDS
 from tenxgraph.core.crashpoints import crash_point
-from tenxgraph.core.tools.interrupts import APPROVAL, Interrupt
+from tenxgraph.core.tools.interrupts import APPROVAL, QUESTION, Interrupt
 
 if TYPE_CHECKING:
     from pytest_replaysafe.run.approvals import Approvals, AtOnce
@@ -45,18 +48,14 @@ def as_interrupts(requests: Any, messages: Sequence[Any]) -> list[tuple[Interrup
     from pytest_replaysafe.run.pydantic_ai_watch import asking
     from tenxgraph.integrations.pydantic_ai.backend import response_id
 
-    if requests.calls:
-        names = [call.tool_name for call in requests.calls]
-        raise pytest.UsageError(
-            f"the Pydantic AI agent deferred calls to {names} as external (CallDeferred): the approvals fixture "
-            "answers approvals (requires_approval=True, ApprovalRequired) only; drive external calls yourself"
-        )
     out: list[tuple[Interrupt, str | None]] = []
-    for call in requests.approvals:
+    external = {call.tool_call_id for call in requests.calls}
+    for call in [*requests.approvals, *requests.calls]:
         found = asking(messages, call.tool_call_id)
         message_id = response_id(found[0]) if found is not None else None
         args: JSON = call.args_as_dict()
-        asked = Interrupt(call.tool_call_id, APPROVAL, value={"tool": call.tool_name, "args": args},
+        kind = QUESTION if call.tool_call_id in external else APPROVAL
+        asked = Interrupt(call.tool_call_id, kind, value={"tool": call.tool_name, "args": args},
                           tool=call.tool_name, args=args, message_id=message_id, call_id=call.tool_call_id)  # fmt: skip
         out.append((asked, call_id_of(message_id, found[1]) if found is not None and message_id else None))
     return out
@@ -108,7 +107,11 @@ def answer_deferred(
             for interrupt_id, decision in decisions.items():
                 log.write(Entry(thread, interrupt_id, "answered", fp=fingerprint(decision), out=preview(decision),
                                 t=round(time.monotonic(), 6), via=VIA))  # fmt: skip
-        results = DeferredToolResults(approvals={i: answer(d) for i, d in decisions.items()})
+        kinds = {interrupt.id: interrupt.kind for interrupt, _ in asked}
+        results = DeferredToolResults(
+            approvals={i: answer(d) for i, d in decisions.items() if kinds[i] == APPROVAL},
+            calls={i: d for i, d in decisions.items() if kinds[i] == QUESTION},  # (an external call's result)
+        )
         if at_once is not None:
             at_once(partial(send, results, history))
         output = send(results, history)

@@ -10,7 +10,8 @@
 - The witness of each function tool's body (:func:`witness_bodies`): the function the user wrote, wrapped where
   Pydantic AI calls it; it writes ``body`` (with the idempotency key the body can read,
   ``current_idempotency_key()``, and the declaration the watch found) and ``body_end`` to the cell's log. A call the
-  ledger replays never reaches it.
+  ledger replays never reaches it. A body that pauses (it raises ``ApprovalRequired`` or ``CallDeferred``) ends
+  with ``body_paused``: it runs again once answered, by design, and is no run of the call.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.tools.context import ToolCallInfo, current_tool_call, running_call
 
 _MARK = "__replaysafe_witness__"
+#: Pydantic AI's exceptions that pause a call (a body raises them until a person answers).
+PAUSES = ("ApprovalRequired", "CallDeferred")
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,8 @@ def _watch() -> Iterator[Callable[[Any], Any]]:
 
     try:
         yield returned
-    except Exception:
-        calling.log.write(Entry(began.thread, eid, "body_end", began.tool, error=True, call=began.call, via=via))
+    except Exception as exc:
+        paused = type(exc).__name__ in PAUSES  # (it asked for a person, or deferred its result: no run of it)
+        calling.log.write(Entry(began.thread, eid, "body_paused" if paused else "body_end", began.tool,
+                                error=not paused, call=began.call, via=via))  # fmt: skip
         raise

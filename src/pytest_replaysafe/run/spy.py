@@ -127,7 +127,10 @@ def _record_entry(thread_id: str, key: str, record: dict[str, JSON], group: int 
 def _decision(value: JSON) -> JSON:
     """A recorded decision as the verdict compares it: Pydantic AI's plain approval (``ToolApproved()``, stored
     as its JSON form) is a yes, ``True``; any other value as it is (a denial, an approval that changes the
-    arguments)."""
+    arguments); the result given for a call deferred as external (``ToolReturn``, stored as its JSON form) is
+    its return value."""
     if isinstance(value, dict) and value.get("kind") == "tool-approved" and value.get("override_args") is None:
         return True
+    if isinstance(value, dict) and value.get("kind") == "tool-return" and not value.get("content"):
+        return value.get("return_value")
     return value

@@ -17,7 +17,9 @@ run that starts one): every run of a conversation, a resume or the answer to a d
   ``CallToolResult``: a return value, or a ``ModelRetry`` / ``ToolFailed`` carried as data) is what is recorded
   and replayed. A tool that raised is recorded as failed: the run that ran it gets its exception, a resumed run
   tells the model it failed (``ToolFailed``), and it never runs again. A call a person approved (Pydantic AI's
-  deferred tools) is a call like any: the first run given the approval runs it, every other replays it.
+  deferred tools) is a call like any: the first run given the approval runs it, every other replays it. A body
+  that pauses (it raises ``ApprovalRequired`` until approved, or ``CallDeferred``) is not recorded: the approved
+  run runs it again, as a new attempt with an intent of its own (Pydantic AI's ``tool_call_approved``).
 - Anything else (argument validation, event handlers, token counts) runs as it is, not journaled: it has no
   effect outside the process.
 """
@@ -41,9 +43,12 @@ from pydantic_ai.durable_exec import (
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 
+from tenxgraph.core.tools.interrupts import APPROVAL, QUESTION
 from tenxgraph.ledger import (
     CallGroups,
     Effect,
+    GraphInterrupt,
+    Interrupt,
     LedgerStore,
     Reconcile,
     Tool,
@@ -68,6 +73,9 @@ __all__ = [
 log = logging.getLogger(LOGGER_NAME)
 
 Body = Callable[[], Awaitable[object]]
+#: The kinds of Pydantic AI's encoded tool results that are its pauses, not results (``ApprovalRequired``,
+#: ``CallDeferred`` raised in a tool's body).
+PAUSES = ("approval_required", "call_deferred")
 
 
 @dataclass(frozen=True)
@@ -174,13 +182,19 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
         metadata = (getattr(getattr(params.tool, "tool_def", None), "metadata", None) or {}) if params.tool else {}
         policy = self.policy_of(params.name, metadata)
         raised: list[Exception] = []
-        tool = _ledger_tool(params.name, params.tool_args, body, policy, raised)
+        paused: list[object] = []
+        tool = _ledger_tool(params.name, params.tool_args, body, policy, (raised, paused))
         coming = self.coming.get((run_id_of(context), context.run_step), [])
         group = self.groups.join(self.ledger, thread, message, response, coming=coming or ())
+        attempt = 1 if context.tool_call_approved else 0  # (approved: the attempt after its pause, its own intent)
+        tools, timeout = {tool.name: tool}, self.tool_timeout
         try:
-            execution = await invoke_tool_call(
-                message, index, {tool.name: tool}, self.ledger, thread, tool_timeout=self.tool_timeout, group=group
-            )
+            execution = await invoke_tool_call(message, index, tools, self.ledger, thread, tool_timeout=timeout,
+                                               group=group, attempt=attempt)  # fmt: skip
+        except GraphInterrupt:
+            if paused:  # the body paused (ApprovalRequired, CallDeferred): Pydantic AI's own pause, unrecorded
+                return paused[-1]
+            raise
         finally:
             self.groups.passed(group)
         return await _payload(execution, raised)
@@ -246,9 +260,14 @@ def _as_message(response: ModelResponse, position: int) -> Message:
     return Message.assistant("", calls, message_id=response_id(position))
 
 
-def _ledger_tool(name: str, args: Mapping[str, Any], body: Body, policy: ToolPolicy, raised: list[Exception]) -> Tool:
+def _ledger_tool(
+    name: str, args: Mapping[str, Any], body: Body, policy: ToolPolicy, kept: tuple[list[Exception], list[object]]
+) -> Tool:
     """The call as the ledger runs it: Pydantic AI's own body (it validated the arguments and runs the real tool),
-    answering with the encoded result the ledger records; an exception it raised is kept in *raised*."""
+    answering with the encoded result the ledger records; an exception it raised is kept in *kept[0]*. A body
+    that paused (it raised ``ApprovalRequired`` or ``CallDeferred``, which Pydantic AI encodes as a result) is no
+    result: kept in *kept[1]*, it pauses the call unrecorded, so that the call runs again once answered."""
+    raised, paused = kept
 
     async def run(**_: Any) -> ToolOutput:
         try:
@@ -256,6 +275,10 @@ def _ledger_tool(name: str, args: Mapping[str, Any], body: Body, policy: ToolPol
         except Exception as exc:
             raised.append(exc)
             raise
+        if isinstance(payload, Mapping) and payload.get("kind") in PAUSES:
+            paused.append(payload)
+            kind = APPROVAL if payload.get("kind") == "approval_required" else QUESTION
+            raise GraphInterrupt([Interrupt(f"{name}:{kind}", kind, tool=name)])
         return ToolOutput(payload)
 
     return Tool(

@@ -97,8 +97,7 @@ class Batch:
     checkpointer: LedgerStore
     thread_id: str
     tool_timeout: float | None
-    #: The names of the tools the model could call (for the error of an unknown one).
-    tool_names: tuple[str, ...] = ()
+    tool_names: tuple[str, ...] = ()  # the tools the model could call (for the error of an unknown one)
     records: RecordBatch | None = None
     turns: BatchTurns | None = None
     #: The run's stream and tracer (None: nobody watches).
@@ -239,26 +238,28 @@ async def invoke_tool_call(
     *,
     tool_timeout: float | None = TOOL_TIMEOUT,
     group: CallGroup | None = None,
+    attempt: int = 0,
 ) -> ToolExecution:
     """Steps 1 to 4 for the one call at *index* of *message*, for a framework that runs each call of a message on
     its own (LangGraph's ``ToolNode`` calls its ``wrap_tool_call`` once per call, concurrently): its record is
     replayed, or the tool runs and its record is written as it returns. Parallel calls each come through here (in
     production, in no set order). *group*, shared by the message's calls (:class:`CallGroups`): one ledger read
     for all of them (else each reads its own), those that return together recorded in one write (else each alone)
-    and, under a test harness, their completion order (a crash here ends it for the siblings)."""
+    and, under a harness, their completion order (a crash here ends it for the siblings). *attempt*: answered
+    pauses of its body (the attempt's own intent)."""
     records, turns, shared = (group.records, group.turns, group.reads) if group is not None else (None, None, None)
     if turns is not None:
         turns.start(index)
     try:
         crash_point("tool.before_ledger_read")
-        (call,) = ledger_calls(message, tools, thread_id, only=index)
+        (call,) = [replace(c, attempt=attempt) for c in ledger_calls(message, tools, thread_id, only=index)]
         batch = Batch(checkpointer, thread_id, tool_timeout, tuple(tools), records=records, turns=turns)
-        record = (await _read_ledger(batch, [call], shared, message)).get(call.key) if call.key is not None else None
-        if record is not None and call.key is not None and record.get("kind") != "intent":
+        found = await _read_ledger(batch, [call], shared, message) if call.key is not None else {}
+        if call.key is not None and (record := found.get(call.key)) is not None and record.get("kind") != "intent":
             emit_event("tool_replayed", logging.INFO, thread_id=thread_id, tool=call.name, key=call.key)
             finish_turn(turns, index)
             return decode_record(call.block, call.key, record)
-        call = replace(call, in_doubt=record is not None)
+        call = replace(call, in_doubt=call.intent_key is not None and call.intent_key in found)
         await _write_intents(batch, [call])
         execution = await _run_one(batch, call)
     except BaseException as exc:
@@ -286,8 +287,8 @@ async def _read_ledger(
         crash_point("ledger.read_error")
         return await batch.checkpointer.aget_tool_results(batch.thread_id, keys)
 
-    try:
-        return await (fetch() if shared is None else shared.get(fetch))
+    try:  # (a later attempt reads its own intent: the shared read has the first attempts' only)
+        return await (fetch() if shared is None or calls[0].attempt else shared.get(fetch))
     except RunLockLostError:
         raise  # not a failed read: the thread is another run's now, and no tool may run
     except Exception as exc:
