@@ -33,7 +33,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from examples.payments import Provider
-from tenxgraph.integrations.pydantic_ai import LedgerDurability, current_idempotency_key
+from tenxgraph.integrations.pydantic_ai import LedgerDurability, current_idempotency_key, current_transaction
 from tenxgraph.ledger import LedgerStore
 
 FINAL = "Refunded order A-1042, emailed the customer and sent the receipt."
@@ -78,13 +78,17 @@ def build_agent(
     crash_in: str | None = None,
     approval: bool = False,
     engine: tuple[Any, Callable[[Any], Any]] | None = None,
+    book_refund: Callable[[Any, dict[str, Any]], object] | None = None,
 ) -> Agent[None, Any]:
     """The support agent; durable on *ledger* when given. *crash_in*: the tool after whose effect the process
     dies (for the crash tests). *approval*: the refund waits for a person (Pydantic AI's ``requires_approval``:
     the run's output is then ``DeferredToolRequests``, answered by a new run given ``deferred_tool_results``).
     *engine*: another durability capability instead, and the decorator its docs put on a tool with effects
-    (``(DBOSDurability(), DBOS.step())``: benchmarks/pydantic_ai_peer.py)."""
-    capabilities: list[Any] = [LedgerDurability(ledger, effects={"refund": "external"})] if ledger else []
+    (``(DBOSDurability(), DBOS.step())``: benchmarks/pydantic_ai_peer.py). *book_refund*: the refund is a write
+    to the ledger's own database instead, ``book_refund(current_transaction(), payload)``, declared
+    ``effect="transactional"`` (a SQLite or PostgreSQL *ledger*): it commits with the call's record."""
+    refund_effect = "transactional" if book_refund is not None else "external"
+    capabilities: list[Any] = [LedgerDurability(ledger, effects={"refund": refund_effect})] if ledger else []
     step: Callable[[Any], Any] = lambda fn: fn  # noqa: E731
     if engine is not None:
         capabilities, step = [engine[0]], engine[1]
@@ -106,6 +110,8 @@ def build_agent(
     @step
     def refund(order: str, amount: float) -> str:
         """Refund *amount* on *order*."""
+        if book_refund is not None:
+            return f"refund {book_refund(current_transaction(), {'order': order, 'amount': amount})}"
         return f"refund {apply('refund', {'order': order, 'amount': amount})}"
 
     @agent.tool_plain

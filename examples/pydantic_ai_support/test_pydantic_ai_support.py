@@ -52,6 +52,28 @@ def test_approved_refund(crash_run: CrashRun, effects: Effects, approvals: Appro
     assert sent["refund"] == 1 if not refund.is_error else sent["refund"] <= 1
 
 
+# The checkpointers whose transaction a tool can join: SQLite and PostgreSQL (docs/pydantic-ai.md).
+@pytest.mark.crash_matrix(framework="pydantic_ai", backends="sqlite,postgres")
+def test_transactional_refund(crash_run: CrashRun, effects: Effects) -> None:
+    """The refund is a row of the ledger's database, written in the call's transaction (``current_transaction()``
+    in the tool's body): exactly once in every cell, with no gap and no in-doubt answer (the effect is counted in
+    that database, outside the run)."""
+    cp = crash_run.checkpointer
+    if cp.transactions == "async":  # PostgreSQL: a plain tool gets a BlockingTransaction
+
+        def book(tx: Any, payload: dict[str, Any]) -> object:
+            return tx.run(effects.aapply_in(tx.connection, "refund", payload, cp.schema))["effect_id"]
+    else:
+
+        def book(tx: Any, payload: dict[str, Any]) -> object:
+            return effects.apply_in(tx, "refund", payload)["effect_id"]
+
+    result = crash_run.invoke(build_agent(effects, ledger=cp, book_refund=book), PROMPT)
+    assert result.final_text == FINAL
+    sent = {kind: effects.count(kind, thread_id=crash_run.thread_id) for kind in KINDS}
+    assert sent == {"refund": 1, "email": 1, "receipt": 1}
+
+
 def refund_call(result: Any) -> str | None:
     """The id of the refund's call in the run's conversation."""
     return next(c.id for m in result.messages for c in m.tool_calls if c.name == "refund")

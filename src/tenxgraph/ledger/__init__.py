@@ -56,18 +56,30 @@ from tenxgraph.core.tools.context import (
 from tenxgraph.core.tools.effects import Effect, effect_from_hints
 from tenxgraph.core.tools.interrupts import GraphInterrupt, Interrupt, Pauses, Resume
 from tenxgraph.core.tools.tool import TX_PARAM, Reconcile, Tool, ToolArgumentError, ToolOutput, check_policy
+from tenxgraph.core.tools.transaction_views import (
+    BlockingCursor,
+    BlockingTransaction,
+    LoopCursor,
+    LoopTransaction,
+    statements_done,
+    transaction_view,
+)
 from tenxgraph.storage.ledger_store import LEDGER_METHODS, LedgerStore
 
 __all__ = [
     "LEDGER_METHODS",
     "TURN_PATIENCE_S",
     "TX_PARAM",
+    "BlockingCursor",
+    "BlockingTransaction",
     "CallGroup",
     "CallGroups",
     "Effect",
     "GraphInterrupt",
     "Interrupt",
     "LedgerStore",
+    "LoopCursor",
+    "LoopTransaction",
     "Pauses",
     "Probe",
     "Reconcile",
@@ -94,5 +106,7 @@ __all__ = [
     "probe",
     "record_first_answers",
     "result_message_id",
+    "statements_done",
+    "transaction_view",
     "waiting_lock",
 ]

@@ -155,6 +155,18 @@ class LedgerReadError(TenxGraphError):
         )
 
 
+class TransactionEndedError(TenxGraphError):
+    """A transactional tool's body sent a statement after its transaction ended: it was not run."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "a statement of a transactional tool's body came after the call's transaction ended (committed with "
+            "its ledger record, or rolled back: the run was cancelled or crashed while the body ran in a thread of "
+            "its own): it was not run, as it would have been written outside the transaction. Write only from the "
+            "body while it runs, and return once its writes are done"
+        )
+
+
 class InterruptDecidedError(ConfigError):
     """A Resume gave an interrupt a decision other than the one recorded for it: one decision per interrupt, ever.
     (The same decision again is answered as the thread stands: nothing runs twice.)"""

@@ -15,6 +15,7 @@ exist.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import threading
@@ -284,4 +285,9 @@ async def on_sync_loop(coro: Coroutine[Any, Any, T]) -> T:
     home = _current()
     if asyncio.get_running_loop() is home.loop:
         return await coro
-    return await asyncio.to_thread(home.run, coro)
+    try:
+        return await asyncio.to_thread(home.run, coro)
+    except BaseException:
+        if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:  # cancelled before the thread began it
+            coro.close()  # (closed: not warned of as a coroutine never awaited)
+        raise

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import hashlib
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,10 +79,16 @@ ToolContext = ToolCallInfo
 class Transaction:
     """The open transaction a transactional tool's body writes through, when the tool cannot take it as a
     parameter (a framework's tool, such as LangGraph's): the ledger's *connection* (``sqlite3.Connection``, or
-    ``psycopg.AsyncConnection`` running on *loop*)."""
+    ``psycopg.AsyncConnection`` running on *loop*). *ended*: set when the body's scope is left (the body
+    returned, raised, or was cancelled): a statement sent through a view of it after that is refused, not run
+    outside the transaction; *running*: how many such statements run now (their transaction waits for them:
+    :func:`tenxgraph.core.tools.transaction_views.statements_done`); *guard*: the lock around both."""
 
     connection: Any
     loop: asyncio.AbstractEventLoop | None = None
+    ended: threading.Event = field(default_factory=threading.Event, compare=False)
+    running: list[int] = field(default_factory=lambda: [0], compare=False)
+    guard: threading.Lock = field(default_factory=threading.Lock, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +152,8 @@ def in_transaction(transaction: Transaction) -> Iterator[None]:
     try:
         yield
     finally:
+        with transaction.guard:  # (before the transaction is left: a thread of the body's still running is refused)
+            transaction.ended.set()
         _scope.reset(token)
 
 

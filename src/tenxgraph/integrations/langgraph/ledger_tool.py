@@ -25,6 +25,7 @@ from tenxgraph.ledger import (
     Transaction,
     in_transaction,
     result_message_id,
+    statements_done,
 )
 from tenxgraph.state.messages import JSON
 from tenxgraph.utils.errors import ConfigError
@@ -78,8 +79,12 @@ def ledger_tool(
         try:
             if effect is not Effect.TRANSACTIONAL:
                 return output(await execute(request))
-            with in_transaction(Transaction(args[TX_PARAM], asyncio.get_running_loop())):  # PostgreSQL
-                return output(await execute(request))
+            transaction = Transaction(args[TX_PARAM], asyncio.get_running_loop())  # PostgreSQL
+            try:
+                with in_transaction(transaction):
+                    return output(await execute(request))
+            finally:  # (cancelled while the tool's thread runs a statement: the transaction ends after it)
+                await statements_done(transaction)
         except GraphBubbleUp as exc:  # an interrupt() in the tool: LangGraph's control flow, not a result
             raise Bubble(exc) from exc
 

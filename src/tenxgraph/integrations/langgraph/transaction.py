@@ -17,14 +17,12 @@ leaves nothing, and the resumed call writes once."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
+from tenxgraph.ledger import BlockingCursor, BlockingTransaction, transaction_view
 from tenxgraph.ledger import current_transaction as _current
 
 __all__ = ["BlockingCursor", "BlockingTransaction", "current_transaction"]
-T = TypeVar("T")
 
 
 def current_transaction() -> Any:
@@ -38,49 +36,4 @@ def current_transaction() -> Any:
             "called through ReplaySafeToolNode or ReplaySafeToolCalls with a SqliteCheckpointer or PgCheckpointer "
             "ledger"
         )
-    if found.loop is None:
-        return found.connection
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    return found.connection if running is found.loop else BlockingTransaction(found.connection, found.loop)
-
-
-class BlockingCursor:
-    """A cursor of a :class:`BlockingTransaction`: what it fetches, fetched on the connection's loop."""
-
-    def __init__(self, transaction: BlockingTransaction, cursor: Any) -> None:
-        self._transaction, self._cursor = transaction, cursor
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._cursor.rowcount)
-
-    def fetchone(self) -> Any:
-        return self._transaction.run(self._cursor.fetchone())
-
-    def fetchall(self) -> list[Any]:
-        rows: list[Any] = self._transaction.run(self._cursor.fetchall())
-        return rows
-
-
-class BlockingTransaction:
-    """A plain function's view of a PostgreSQL transaction that runs on another thread's event loop: each
-    statement is run there, and waited for here. *connection*: the ``psycopg.AsyncConnection``."""
-
-    def __init__(self, connection: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self.connection, self._loop = connection, loop
-
-    @property
-    def info(self) -> Any:
-        """The connection's ``info`` (its DSN, server version, ...)."""
-        return self.connection.info
-
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run *coroutine* (one using :attr:`connection`) on the transaction's loop; its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
-
-    def execute(self, query: Any, params: Any = None) -> BlockingCursor:
-        """``connection.execute(query, params)``, waited for."""
-        return BlockingCursor(self, self.run(self.connection.execute(query, params)))
+    return transaction_view(found)

@@ -11,6 +11,8 @@
   then the run: one decision per call, whoever sends it, and the approved call run once.
 - :func:`current_idempotency_key`: the key of the tool call running now, for the payment or email provider;
   :func:`send_idempotency_key`: an MCP toolset's ``process_tool_call`` that sends it in the request's ``_meta``.
+- :func:`current_transaction`: in a transactional tool's body (``effect="transactional"``, on SQLite or
+  PostgreSQL), the transaction its writes go through, committed with the call's record.
 - :func:`to_messages`: a run's messages (``result.all_messages()``) as tenxgraph messages, each response with the
   ledger's id for it.
 
@@ -26,7 +28,11 @@ from tenxgraph.utils.lazy import lazy_names
 
 if TYPE_CHECKING:
     from tenxgraph.integrations.pydantic_ai.answering import aresume_once, resume_once
-    from tenxgraph.integrations.pydantic_ai.durability import LedgerDurability, current_idempotency_key
+    from tenxgraph.integrations.pydantic_ai.durability import (
+        LedgerDurability,
+        current_idempotency_key,
+        current_transaction,
+    )
     from tenxgraph.integrations.pydantic_ai.mcp_calls import KEY_META, send_idempotency_key
     from tenxgraph.integrations.pydantic_ai.messages import to_messages
 
@@ -35,6 +41,7 @@ __all__ = [
     "LedgerDurability",
     "aresume_once",
     "current_idempotency_key",
+    "current_transaction",
     "resume_once",
     "send_idempotency_key",
     "to_messages",

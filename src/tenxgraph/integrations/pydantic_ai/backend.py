@@ -26,6 +26,7 @@ run that starts one): every run of a conversation, a resume or the answer to a d
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -45,6 +46,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 
 from tenxgraph.core.tools.interrupts import APPROVAL, QUESTION
 from tenxgraph.ledger import (
+    TX_PARAM,
     CallGroups,
     Effect,
     GraphInterrupt,
@@ -54,12 +56,16 @@ from tenxgraph.ledger import (
     Tool,
     ToolExecution,
     ToolOutput,
+    Transaction,
+    in_transaction,
     invoke_tool_call,
     probe,
+    statements_done,
 )
 from tenxgraph.state.messages import JSON, Message, ToolCallBlock
 from tenxgraph.utils.constants import LOGGER_NAME
 from tenxgraph.utils.errors import ConfigError
+from tenxgraph.utils.sync import sync_loop
 
 __all__ = [
     "LedgerBackend",
@@ -76,6 +82,16 @@ Body = Callable[[], Awaitable[object]]
 #: The kinds of Pydantic AI's encoded tool results that are its pauses, not results (``ApprovalRequired``,
 #: ``CallDeferred`` raised in a tool's body).
 PAUSES = ("approval_required", "call_deferred")
+
+
+class PausedInTransaction(BaseException):
+    """A transactional tool's body paused (``ApprovalRequired``, ``CallDeferred``): its transaction rolls back,
+    writes and all, and the pause (Pydantic AI's encoded result, *payload*) goes back to Pydantic AI unrecorded.
+    A ``BaseException``: the ledger records what an ``Exception`` says, and this is no result of the call."""
+
+    def __init__(self, payload: object) -> None:
+        super().__init__("a transactional tool's body paused")
+        self.payload = payload
 
 
 @dataclass(frozen=True)
@@ -183,7 +199,8 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
         policy = self.policy_of(params.name, metadata)
         raised: list[Exception] = []
         paused: list[object] = []
-        tool = _ledger_tool(params.name, params.tool_args, body, policy, (raised, paused))
+        transactions = getattr(self.ledger, "transactions", None)
+        tool = _ledger_tool(params.name, params.tool_args, body, policy, (raised, paused), transactions)
         coming = self.coming.get((run_id_of(context), context.run_step), [])
         group = self.groups.join(self.ledger, thread, message, response, coming=coming or ())
         attempt = 1 if context.tool_call_approved else 0  # (approved: the attempt after its pause, its own intent)
@@ -195,6 +212,8 @@ class LedgerBackend(JournalCallableOperationBackend[None]):
             if paused:  # the body paused (ApprovalRequired, CallDeferred): Pydantic AI's own pause, unrecorded
                 return paused[-1]
             raise
+        except PausedInTransaction as pause:  # (its transaction rolled back: nothing of it stays)
+            return pause.payload
         finally:
             self.groups.passed(group)
         return await _payload(execution, raised)
@@ -261,32 +280,60 @@ def _as_message(response: ModelResponse, position: int) -> Message:
 
 
 def _ledger_tool(
-    name: str, args: Mapping[str, Any], body: Body, policy: ToolPolicy, kept: tuple[list[Exception], list[object]]
+    name: str,
+    args: Mapping[str, Any],
+    body: Body,
+    policy: ToolPolicy,
+    kept: tuple[list[Exception], list[object]],
+    transactions: str | None,
 ) -> Tool:
     """The call as the ledger runs it: Pydantic AI's own body (it validated the arguments and runs the real tool),
     answering with the encoded result the ledger records; an exception it raised is kept in *kept[0]*. A body
     that paused (it raised ``ApprovalRequired`` or ``CallDeferred``, which Pydantic AI encodes as a result) is no
-    result: kept in *kept[1]*, it pauses the call unrecorded, so that the call runs again once answered."""
-    raised, paused = kept
+    result: kept in *kept[1]*, it pauses the call unrecorded, so that the call runs again once answered.
 
-    async def run(**_: Any) -> ToolOutput:
+    A transactional tool's body runs inside its record's transaction, which it reads with
+    ``current_transaction()``. On SQLite (*transactions* ``"sync"``) Pydantic AI's call of the body runs in the
+    thread that holds the transaction, on an event loop of that thread's: the run's own loop may be the one whose
+    other storage calls wait for the transaction's lock (the process's one SQLite connection), and would never
+    run the body."""
+    raised, paused = kept
+    transactional = policy.effect is Effect.TRANSACTIONAL
+
+    async def run(**given: Any) -> ToolOutput:
         try:
-            payload = await body()
+            if transactional:
+                loop = sync_loop() if transactions == "async" else None  # (PostgreSQL's connection's loop)
+                transaction = Transaction(given[TX_PARAM], loop)
+                try:
+                    with in_transaction(transaction):
+                        payload = await body()
+                finally:  # (cancelled while its thread runs a statement: the transaction ends after it)
+                    await statements_done(transaction)
+            else:
+                payload = await body()
         except Exception as exc:
             raised.append(exc)
             raise
         if isinstance(payload, Mapping) and payload.get("kind") in PAUSES:
+            if transactional:
+                raise PausedInTransaction(payload)
             paused.append(payload)
             kind = APPROVAL if payload.get("kind") == "approval_required" else QUESTION
             raise GraphInterrupt([Interrupt(f"{name}:{kind}", kind, tool=name)])
         return ToolOutput(payload)
 
+    in_thread = transactional and transactions == "sync"
+
+    def run_in_thread(**given: Any) -> ToolOutput:  # SQLite: in the thread that holds the transaction
+        return asyncio.run(run(**given))  # (not on the run's loop: that loop may wait for the transaction's lock)
+
     return Tool(
         name=name,
         description="",
-        fn=run,
+        fn=run_in_thread if in_thread else run,
         parameters={"type": "object", "properties": {arg: {} for arg in args}},
-        is_async=True,
+        is_async=not in_thread,
         on_in_doubt=policy.on_in_doubt,
         reconcile=policy.reconcile,
         effect=policy.effect,

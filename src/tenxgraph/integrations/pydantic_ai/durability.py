@@ -44,12 +44,32 @@ from tenxgraph.ledger import (
     check_policy,
     current_idempotency_key,
     effect_from_hints,
+    transaction_view,
     waiting_lock,
 )
+from tenxgraph.ledger import current_transaction as _current_transaction
 from tenxgraph.utils.constants import TOOL_TIMEOUT
 from tenxgraph.utils.errors import ConfigError
 
-__all__ = ["LedgerDurability", "current_idempotency_key"]
+__all__ = ["LedgerDurability", "current_idempotency_key", "current_transaction"]
+
+
+def current_transaction() -> Any:
+    """In the body of a tool declared ``effect="transactional"``: the transaction its writes go through, which
+    commits with the call's ledger record (a crash before the commit leaves neither; the resumed call writes
+    once). On ``SqliteCheckpointer``: the ``sqlite3.Connection``. On ``PgCheckpointer``: in an ``async def``
+    tool, a :class:`~tenxgraph.ledger.LoopTransaction` (``await tx.execute(query, params)``, as on psycopg's
+    ``AsyncConnection``, whose loop is the ledger's); in a plain function, a
+    :class:`~tenxgraph.ledger.BlockingTransaction` (``tx.execute(query, params).fetchone()``). A
+    ``RuntimeError`` elsewhere."""
+    found = _current_transaction()
+    if found is None:
+        raise RuntimeError(
+            "current_transaction(): no transaction here. It is open only in the body of a tool declared "
+            "effect='transactional' (LedgerDurability(effects={name: 'transactional'}) or the tool's metadata), "
+            "run by an agent with LedgerDurability on a SqliteCheckpointer or PgCheckpointer ledger"
+        )
+    return transaction_view(found)
 
 
 @dataclass(init=False, kw_only=True)
@@ -95,6 +115,9 @@ class LedgerDurability(BaseDurabilityCapability[AgentDepsT]):
         self.effects = dict(effects or {})
         self.on_in_doubt = dict(on_in_doubt or {})
         self.reconcile = dict(reconcile or {})
+        for tool_name, said in self.effects.items():
+            if str(getattr(said, "value", said)) == Effect.TRANSACTIONAL.value:
+                self._check_transactions(tool_name)
         #: How long a process that resumes a run waits while another runs it (then ``ThreadBusyError``).
         self.lock_wait = (tool_timeout or TOOL_TIMEOUT) + 30.0
         self._home = HomeLoopLedger(ledger)
@@ -187,8 +210,13 @@ class LedgerDurability(BaseDurabilityCapability[AgentDepsT]):
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"Pydantic AI tool {tool_name!r}: {exc}") from None
         if effect is Effect.TRANSACTIONAL:
-            raise ConfigError(
-                f"Pydantic AI tool {tool_name!r}: effect='transactional' is not supported on Pydantic AI agents "
-                "yet: say 'external' (with an idempotency key, current_idempotency_key()) or 'idempotent'"
-            )
+            self._check_transactions(tool_name)
         return ToolPolicy(policy, reconcile, effect)
+
+    def _check_transactions(self, tool_name: str) -> None:
+        if getattr(self.ledger, "transactions", None) not in ("sync", "async"):
+            raise ConfigError(
+                f"Pydantic AI tool {tool_name!r}: effect='transactional' writes in the ledger's own transaction, "
+                f"which the {type(self.ledger).__name__} ledger does not run: use SqliteCheckpointer or "
+                "PgCheckpointer, or declare the tool 'external' (with current_idempotency_key()) or 'idempotent'"
+            )
