@@ -26,7 +26,7 @@ from examples.payments import LocalProvider
 from examples.pydantic_ai_support import agent as support
 from tenxgraph.integrations.pydantic_ai import LedgerDurability
 from tenxgraph.ledger import Effect
-from tenxgraph.storage.checkpointer import BaseCheckpointer, SqliteCheckpointer
+from tenxgraph.storage.checkpointer import BaseCheckpointer, InMemoryCheckpointer, SqliteCheckpointer
 from tenxgraph.utils.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -404,13 +404,14 @@ def test_declarations_are_checked_and_named(tmp_path: Path) -> None:
             return ModelResponse(parts=[ToolCallPart("book", {})])
         return ModelResponse(parts=[TextPart("done")])
 
-    agent = Agent(FunctionModel(model), name="books", capabilities=[LedgerDurability(ledger)])
+    # a transactional tool on a ledger that runs no transaction (tests/test_pydantic_ai_transactional.py: on one)
+    agent = Agent(FunctionModel(model), name="books", capabilities=[LedgerDurability(InMemoryCheckpointer())])
 
     @agent.tool_plain(metadata={"effect": "transactional"})
     def book() -> str:
         return "booked"
 
-    with pytest.raises(ConfigError, match="'book': effect='transactional' is not supported"):
+    with pytest.raises(ConfigError, match="'book': effect='transactional' writes in the ledger's own transaction"):
         agent.run_sync("go", run_id="r")
     with pytest.raises(UserError, match="name"):  # (Pydantic AI's own check: a durable agent needs a name)
         Agent(FunctionModel(model), capabilities=[LedgerDurability(ledger)])

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, call_id_of, preview
+from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, call_id_of, fingerprint, preview
 from tenxgraph.core.tools.interrupts import Resume
 from tenxgraph.state.messages import Message, ToolResultBlock
 
@@ -56,6 +57,29 @@ class Approvals:
         """The person's answer to *interrupt*, as :meth:`answer` said."""
         answer: JSON = self._rule(interrupt)
         return answer
+
+    def ask(
+        self,
+        thread: str,
+        asked: Sequence[tuple[Interrupt, str | None]],
+        log: ExecutionLog,
+        via: str | None = None,
+        bare: bool = False,
+    ) -> dict[str, JSON]:
+        """Show the person a pause's interrupts (each with the harness's identity of its call): what was asked is
+        logged (``asked``, *via* the framework's harness) and kept with the answers (:meth:`keep`); for a *bare*
+        agent (no ledger records them), what the person said is logged as given (``answered``). The decisions,
+        by interrupt id."""
+        for interrupt, call in asked:
+            log.write(Entry(thread, interrupt.id, "asked", interrupt.tool, call=call, cond=interrupt.kind,
+                            out=preview(interrupt.value), via=via))  # fmt: skip
+        decisions = {interrupt.id: self.decide(interrupt) for interrupt, _ in asked}
+        self.keep(thread, [interrupt for interrupt, _ in asked], decisions)
+        if bare:  # (no ledger records them: what the person said stands for the decision)
+            for interrupt_id, decision in decisions.items():
+                log.write(Entry(thread, interrupt_id, "answered", fp=fingerprint(decision), out=preview(decision),
+                                t=round(time.monotonic(), 6), via=via))  # fmt: skip
+        return decisions
 
     def _rows(self, thread: str) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -135,12 +159,7 @@ class Approvals:
                 return result
             if not result.interrupts:
                 raise RuntimeError(f"thread {thread!r} paused (status interrupted) but lists no interrupt to answer")
-            for interrupt in result.interrupts:
-                call = call_of(result, interrupt)
-                log.write(Entry(thread, interrupt.id, "asked", interrupt.tool, call=call, cond=interrupt.kind,
-                                out=preview(interrupt.value)))  # fmt: skip
-            decisions = {i.id: self.decide(i) for i in result.interrupts}
-            self.keep(thread, result.interrupts, decisions)
+            decisions = self.ask(thread, [(i, call_of(result, i)) for i in result.interrupts], log)
             if at_once is not None:  # (``resumers``: the same Resume from k processes at once first)
                 at_once(partial(run_once, graph, Resume(decisions), cfg, stream))
             answered = run_once(graph, Resume(decisions), cfg, stream)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, call_id_of, fingerprint, preview
+from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, call_id_of
 from pytest_replaysafe.run.approvals import MAX_ROUNDS
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.tools.interrupts import APPROVAL, Interrupt
@@ -121,7 +120,8 @@ def answer_interruptions(
     """Answer a run that came back paused (*returned*), and every pause after it, until the run ends: *send(state)*
     calls the run function with the answered state and returns what it returned. *where*: the thread, and the file
     the answered state is kept in (:func:`kept`). *twice* (``double-resume``): each answered state is sent a
-    second time (a double click: it must change nothing, which the bodies the witness counts show)."""
+    second time (a double click: it must change nothing, which the bodies the witness counts show), and the other
+    answer is kept beside it for a resume to send first (:func:`contradict`)."""
     thread, path = where
     for _ in range(MAX_ROUNDS):
         if not is_paused(returned):
@@ -129,19 +129,12 @@ def answer_interruptions(
         crash_point("approval.after_pause")
         result: Any = returned
         asked = [as_interrupt(item) for item in result.interruptions]
-        for interrupt, call in asked:
-            log.write(Entry(thread, interrupt.id, "asked", interrupt.tool, call=call, cond=interrupt.kind,
-                            out=preview(interrupt.value), via=VIA))  # fmt: skip
-        decisions = {interrupt.id: approvals.decide(interrupt) for interrupt, _ in asked}
-        approvals.keep(thread, [interrupt for interrupt, _ in asked], decisions)
+        decisions = approvals.ask(thread, asked, log, VIA, is_bare(result))
         saved = answered_state(result, decisions)
-        if is_bare(result):  # (no ledger records them: what the person said stands for the decision)
-            for interrupt_id, decision in decisions.items():
-                log.write(Entry(thread, interrupt_id, "answered", fp=fingerprint(decision), out=preview(decision),
-                                t=round(time.monotonic(), 6), via=VIA))  # fmt: skip
-        flipped = {i: d is not True for i, d in decisions.items()}  # (a second person's other answer)
-        keep(path.with_suffix(".other"), json.dumps({"ids": sorted(decisions), "state": answered_state(result,
-             flipped)}))  # fmt: skip
+        if twice:  # (double-resume: the other answer, which a resume sends first and must see refused)
+            flipped = {i: d is not True for i, d in decisions.items()}
+            other = {"ids": sorted(decisions), "state": answered_state(result, flipped)}
+            keep(path.with_suffix(".other"), json.dumps(other))
         keep(path, saved)
         if at_once is not None:
             at_once(partial(send, saved))

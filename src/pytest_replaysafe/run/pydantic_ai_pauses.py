@@ -17,14 +17,13 @@ recorded; the run that takes it has not begun), fired by ``aresume_once``."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_replaysafe.judge.evidence import Entry, ExecutionLog, call_id_of, fingerprint, preview
+from pytest_replaysafe.judge.evidence import ExecutionLog, call_id_of
 from pytest_replaysafe.run.approvals import MAX_ROUNDS
 from tenxgraph.core.crashpoints import crash_point
 from tenxgraph.core.tools.interrupts import APPROVAL, QUESTION, Interrupt
@@ -98,15 +97,7 @@ def answer_deferred(
         crash_point("approval.after_pause")
         history = list(messages())
         asked = as_interrupts(output, history)
-        for interrupt, call in asked:
-            log.write(Entry(thread, interrupt.id, "asked", interrupt.tool, call=call, cond=interrupt.kind,
-                            out=preview(interrupt.value), via=VIA))  # fmt: skip
-        decisions = {interrupt.id: approvals.decide(interrupt) for interrupt, _ in asked}
-        approvals.keep(thread, [interrupt for interrupt, _ in asked], decisions)
-        if bare:  # (no ledger records them: what the person said stands for the decision)
-            for interrupt_id, decision in decisions.items():
-                log.write(Entry(thread, interrupt_id, "answered", fp=fingerprint(decision), out=preview(decision),
-                                t=round(time.monotonic(), 6), via=VIA))  # fmt: skip
+        decisions = approvals.ask(thread, asked, log, VIA, bare)
         kinds = {interrupt.id: interrupt.kind for interrupt, _ in asked}
         results = DeferredToolResults(
             approvals={i: answer(d) for i, d in decisions.items() if kinds[i] == APPROVAL},
