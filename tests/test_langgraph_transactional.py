@@ -6,7 +6,6 @@ counted in the database itself, from outside the run."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from tenxgraph.integrations.langgraph import ReplaySafeToolNode, current_transac
 from tenxgraph.integrations.langgraph.transaction import BlockingTransaction
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
 from tenxgraph.utils.errors import ConfigError
+from tests.bookings import BookingTable
 from tests.test_langgraph import CFG, build, calls
 
 INPUT = {"messages": [HumanMessage("refund A and B")]}
@@ -30,27 +30,8 @@ TURNS = [calls(("book", {"order_id": "A"}), ("book", {"order_id": "B"})), AIMess
 FAILING = [calls(("book", {"order_id": "boom"})), AIMessage("done")]
 
 
-class Bookings:
-    """The table the tool writes, in the ledger's own database; counted from outside the run."""
-
-    def __init__(self, ledger: Any) -> None:
-        self.ledger = ledger
-        self.pg = ledger.transactions == "async"
-        self.table = f"{ledger.schema}.bookings" if self.pg else "bookings"
-        self.mark = "%s" if self.pg else "?"
-        self.runs = 0
-        self.seen: list[str] = []
-        # made before the run: two parallel CREATE TABLE IF NOT EXISTS race on PostgreSQL's catalog
-        create = f"CREATE TABLE IF NOT EXISTS {self.table} (order_id TEXT NOT NULL)"
-        if self.pg:
-            import psycopg
-
-            with psycopg.connect(ledger.postgres_dsn, autocommit=True) as conn:
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ledger.schema}")
-                conn.execute(create)
-        else:
-            with sqlite3.connect(ledger.path) as conn:
-                conn.execute(create)
+class Bookings(BookingTable):
+    """The bookings table, and the tool that writes it."""
 
     def write(self, tx: Any, order_id: str) -> str:
         """The tool's body on a sync transaction (``sqlite3.Connection`` or ``BlockingTransaction``)."""
@@ -84,17 +65,6 @@ class Bookings:
             return self.write(current_transaction(), order_id)
 
         return [book]
-
-    def count(self) -> dict[str, int]:
-        if self.pg:
-            import psycopg
-
-            with psycopg.connect(self.ledger.postgres_dsn, autocommit=True) as conn:
-                rows = conn.execute(f"SELECT order_id, count(*) FROM {self.table} GROUP BY order_id").fetchall()
-        else:
-            with sqlite3.connect(self.ledger.path) as conn:
-                rows = conn.execute("SELECT order_id, count(*) FROM bookings GROUP BY order_id").fetchall()
-        return {str(order): int(n) for order, n in rows}
 
 
 def node(tools: list[Any], ledger: Any) -> ReplaySafeToolNode:

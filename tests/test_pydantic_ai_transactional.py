@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from tenxgraph.integrations.pydantic_ai import LedgerDurability, current_transac
 from tenxgraph.storage.checkpointer import InMemoryCheckpointer, SqliteCheckpointer
 from tenxgraph.utils.errors import ConfigError, TransactionEndedError
 from tenxgraph.utils.sync import run_sync
+from tests.bookings import BookingTable
 
 PROMPT = "refund A and B"
 
@@ -38,26 +38,8 @@ def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[ToolCallPart("book", {"order_id": "A"}), ToolCallPart("book", {"order_id": "B"})])
 
 
-class Bookings:
-    """The table the tool writes, in the ledger's own database; counted from outside the run."""
-
-    def __init__(self, ledger: Any) -> None:
-        self.ledger = ledger
-        self.pg = ledger.transactions == "async"
-        self.table = f"{ledger.schema}.bookings" if self.pg else "bookings"
-        self.mark = "%s" if self.pg else "?"
-        self.runs = 0
-        self.seen: list[str] = []
-        create = f"CREATE TABLE IF NOT EXISTS {self.table} (order_id TEXT NOT NULL)"
-        if self.pg:
-            import psycopg
-
-            with psycopg.connect(ledger.postgres_dsn, autocommit=True) as conn:
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ledger.schema}")
-                conn.execute(create)
-        else:
-            with sqlite3.connect(ledger.path) as conn:
-                conn.execute(create)
+class Bookings(BookingTable):
+    """The bookings table, and the tool that writes it."""
 
     def agent(
         self, ledger: Any, asynchronous: bool = False, approval: bool = False, turns: Any = model
@@ -103,17 +85,6 @@ class Bookings:
             return f"booked {order_id}"
 
         return agent
-
-    def count(self) -> dict[str, int]:
-        if self.pg:
-            import psycopg
-
-            with psycopg.connect(self.ledger.postgres_dsn, autocommit=True) as conn:
-                rows = conn.execute(f"SELECT order_id, count(*) FROM {self.table} GROUP BY order_id").fetchall()
-        else:
-            with sqlite3.connect(self.ledger.path) as conn:
-                rows = conn.execute("SELECT order_id, count(*) FROM bookings GROUP BY order_id").fetchall()
-        return {str(order): int(n) for order, n in rows}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

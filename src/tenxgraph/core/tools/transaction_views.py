@@ -68,28 +68,9 @@ async def _while_open(coroutine: Coroutine[Any, Any, T], found: Transaction | No
             found.running[0] -= 1
 
 
-class BlockingCursor:
-    """A cursor of a :class:`BlockingTransaction`: what it fetches, fetched on the connection's loop."""
-
-    def __init__(self, transaction: BlockingTransaction, cursor: Any) -> None:
-        self._transaction, self._cursor = transaction, cursor
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._cursor.rowcount)
-
-    def fetchone(self) -> Any:
-        return self._transaction.run(self._cursor.fetchone())
-
-    def fetchall(self) -> list[Any]:
-        rows: list[Any] = self._transaction.run(self._cursor.fetchall())
-        return rows
-
-
-class BlockingTransaction:
-    """A plain function's view of a PostgreSQL transaction that runs on another thread's event loop: each
-    statement is run there, and waited for here. *connection*: the ``psycopg.AsyncConnection``; *transaction*:
-    the :class:`~tenxgraph.core.tools.context.Transaction` it views (a statement after its end raises
+class _View:
+    """What the two views share: the ``psycopg.AsyncConnection`` (*connection*) on its *loop*, and the
+    :class:`~tenxgraph.core.tools.context.Transaction` they view (*transaction*: a statement after its end raises
     :class:`~tenxgraph.utils.errors.TransactionEndedError` and is not run)."""
 
     def __init__(
@@ -102,24 +83,49 @@ class BlockingTransaction:
         """The connection's ``info`` (its DSN, server version, ...)."""
         return self.connection.info
 
+    def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Any:
+        """*coroutine* started on the connection's loop, if the transaction is open then: its future."""
+        return asyncio.run_coroutine_threadsafe(_while_open(coroutine, self._transaction), self._loop)
+
+
+class _Cursor:
+    """A cursor of a view: *cursor*'s ``rowcount``, its fetches run through *transaction* (the view)."""
+
+    def __init__(self, transaction: Any, cursor: Any) -> None:
+        self._transaction, self._cursor = transaction, cursor
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cursor.rowcount)
+
+
+class BlockingCursor(_Cursor):
+    """A cursor of a :class:`BlockingTransaction`: what it fetches, fetched on the connection's loop."""
+
+    def fetchone(self) -> Any:
+        return self._transaction.run(self._cursor.fetchone())
+
+    def fetchall(self) -> list[Any]:
+        rows: list[Any] = self._transaction.run(self._cursor.fetchall())
+        return rows
+
+
+class BlockingTransaction(_View):
+    """A plain function's view of a PostgreSQL transaction that runs on another thread's event loop: each
+    statement is run there, and waited for here (see :class:`_View` for its arguments)."""
+
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run *coroutine* (one using :attr:`connection`) on the transaction's loop; its result."""
-        return asyncio.run_coroutine_threadsafe(_while_open(coroutine, self._transaction), self._loop).result()
+        result: T = self._submit(coroutine).result()
+        return result
 
     def execute(self, query: Any, params: Any = None) -> BlockingCursor:
         """``connection.execute(query, params)``, waited for."""
         return BlockingCursor(self, self.run(self.connection.execute(query, params)))
 
 
-class LoopCursor:
+class LoopCursor(_Cursor):
     """A cursor of a :class:`LoopTransaction`: ``await cursor.fetchone()``, as psycopg's ``AsyncCursor``."""
-
-    def __init__(self, transaction: LoopTransaction, cursor: Any) -> None:
-        self._transaction, self._cursor = transaction, cursor
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._cursor.rowcount)
 
     async def fetchone(self) -> Any:
         return await self._transaction.run(self._cursor.fetchone())
@@ -129,26 +135,15 @@ class LoopCursor:
         return rows
 
 
-class LoopTransaction:
+class LoopTransaction(_View):
     """A coroutine's view of a PostgreSQL transaction whose connection belongs to another event loop (a framework
     that runs the tool on a loop of its own): ``await tx.execute(query, params)`` as on psycopg's
-    ``AsyncConnection``, each statement run on the connection's loop. *connection*: the ``AsyncConnection``;
-    *transaction*: as for :class:`BlockingTransaction`."""
-
-    def __init__(
-        self, connection: Any, loop: asyncio.AbstractEventLoop, transaction: Transaction | None = None
-    ) -> None:
-        self.connection, self._loop, self._transaction = connection, loop, transaction
-
-    @property
-    def info(self) -> Any:
-        """The connection's ``info`` (its DSN, server version, ...)."""
-        return self.connection.info
+    ``AsyncConnection``, each statement run on the connection's loop (see :class:`_View` for its arguments)."""
 
     async def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run *coroutine* (one using :attr:`connection`) on the connection's loop; its result."""
-        running = asyncio.run_coroutine_threadsafe(_while_open(coroutine, self._transaction), self._loop)
-        return await asyncio.wrap_future(running)
+        result: T = await asyncio.wrap_future(self._submit(coroutine))
+        return result
 
     async def execute(self, query: Any, params: Any = None) -> LoopCursor:
         """``await connection.execute(query, params)``, on the connection's loop."""
